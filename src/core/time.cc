@@ -1,0 +1,137 @@
+#include "core/time.h"
+
+#include <charconv>
+#include <cmath>
+#include <ctime>
+
+namespace ithbat {
+namespace {
+
+TimeNs ClockNs(clockid_t id) {
+  timespec ts{};
+  clock_gettime(id, &ts);
+  return static_cast<TimeNs>(ts.tv_sec) * kNsPerSec + ts.tv_nsec;
+}
+
+// Splits "12.5ms" into 12.5 and "ms". Rejects empty numbers and trailing garbage in the number.
+Result<std::pair<double, std::string_view>> SplitNumberSuffix(std::string_view text) {
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0) return MakeErrorF(ErrorCode::kInvalidArgument, "'{}' does not start with a number", text);
+  double value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + i, value);
+  if (ec != std::errc() || ptr != text.data() + i) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "'{}' is not a number", text.substr(0, i));
+  }
+  return std::pair{value, text.substr(i)};
+}
+
+}  // namespace
+
+TimeNs NowNs() { return ClockNs(CLOCK_REALTIME); }
+TimeNs MonotonicNowNs() { return ClockNs(CLOCK_MONOTONIC); }
+
+Result<TimeNs> ParseDuration(std::string_view text) {
+  auto split = SplitNumberSuffix(text);
+  if (!split) return std::unexpected(split.error());
+  auto [value, unit] = *split;
+  double scale = 0;
+  if (unit.empty() || unit == "s") scale = 1e9;
+  else if (unit == "ns") scale = 1;
+  else if (unit == "us") scale = 1e3;
+  else if (unit == "ms") scale = 1e6;
+  else if (unit == "m") scale = 60e9;
+  else if (unit == "h") scale = 3600e9;
+  else if (unit == "d") scale = 86400e9;
+  else return MakeErrorF(ErrorCode::kInvalidArgument, "unknown duration unit '{}' in '{}' (ns, us, ms, s, m, h, d)", unit, text);
+  double ns = value * scale;
+  if (ns > 9.2e18) return MakeErrorF(ErrorCode::kInvalidArgument, "duration '{}' is too large", text);
+  return static_cast<TimeNs>(std::llround(ns));
+}
+
+Result<uint64_t> ParseByteSize(std::string_view text) {
+  auto split = SplitNumberSuffix(text);
+  if (!split) return std::unexpected(split.error());
+  auto [value, unit] = *split;
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "KiB") scale = 1024.0;
+  else if (unit == "MiB") scale = 1024.0 * 1024;
+  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB" || unit == "kB") scale = 1e3;
+  else if (unit == "MB") scale = 1e6;
+  else if (unit == "GB") scale = 1e9;
+  else if (unit == "TB") scale = 1e12;
+  else return MakeErrorF(ErrorCode::kInvalidArgument, "unknown size unit '{}' in '{}' (B, KiB, MiB, GiB, KB, MB, GB)", unit, text);
+  double bytes = value * scale;
+  if (bytes > 1.8e19) return MakeErrorF(ErrorCode::kInvalidArgument, "size '{}' is too large", text);
+  return static_cast<uint64_t>(std::llround(bytes));
+}
+
+std::string FormatRfc3339(TimeNs t) {
+  TimeNs secs = t / kNsPerSec;
+  TimeNs nanos = t % kNsPerSec;
+  if (nanos < 0) {
+    nanos += kNsPerSec;
+    secs -= 1;
+  }
+  time_t tt = static_cast<time_t>(secs);
+  tm utc{};
+  gmtime_r(&tt, &utc);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z", utc.tm_year + 1900, utc.tm_mon + 1,
+                     utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, nanos);
+}
+
+Result<TimeNs> ParseTimestamp(std::string_view text) {
+  if (text.empty()) return MakeError(ErrorCode::kInvalidArgument, "empty timestamp");
+  if (text.find('T') == std::string_view::npos) {
+    double secs = 0;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), secs);
+    if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(secs)) {
+      return MakeErrorF(ErrorCode::kInvalidArgument, "'{}' is neither RFC 3339 nor Unix seconds", text);
+    }
+    return static_cast<TimeNs>(std::llround(secs * 1e9));
+  }
+  // YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)
+  std::string s(text);
+  tm parts{};
+  int consumed = 0;
+  if (sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &parts.tm_year, &parts.tm_mon, &parts.tm_mday,
+             &parts.tm_hour, &parts.tm_min, &parts.tm_sec, &consumed) != 6) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "'{}' is not an RFC 3339 time", text);
+  }
+  parts.tm_year -= 1900;
+  parts.tm_mon -= 1;
+  TimeNs nanos = 0;
+  size_t pos = static_cast<size_t>(consumed);
+  if (pos < s.size() && s[pos] == '.') {
+    ++pos;
+    TimeNs scale = 100'000'000;
+    while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) {
+      nanos += (s[pos] - '0') * scale;
+      scale /= 10;
+      ++pos;
+    }
+  }
+  TimeNs offset = 0;
+  if (pos < s.size() && (s[pos] == 'Z' || s[pos] == 'z')) {
+    ++pos;
+  } else if (pos < s.size() && (s[pos] == '+' || s[pos] == '-')) {
+    int hh = 0, mm = 0;
+    if (sscanf(s.c_str() + pos + 1, "%2d:%2d", &hh, &mm) != 2) {
+      return MakeErrorF(ErrorCode::kInvalidArgument, "bad UTC offset in '{}'", text);
+    }
+    offset = (s[pos] == '+' ? 1 : -1) * (hh * 3600 + mm * 60) * kNsPerSec;
+    pos += 6;
+  } else {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "'{}' has no time zone ('Z' or ±HH:MM)", text);
+  }
+  if (pos != s.size()) return MakeErrorF(ErrorCode::kInvalidArgument, "trailing text in '{}'", text);
+  time_t secs = timegm(&parts);
+  return static_cast<TimeNs>(secs) * kNsPerSec + nanos - offset;
+}
+
+}  // namespace ithbat

@@ -1,0 +1,43 @@
+#include "testutil/testutil.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+
+namespace ithbat::testing {
+
+TempDir::TempDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/ithbat-test-XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void TempDir::WriteFile(std::string_view relative, std::string_view contents) const {
+  auto full = path_ / std::filesystem::path(relative);
+  std::filesystem::create_directories(full.parent_path());
+  std::ofstream out(full, std::ios::binary | std::ios::trunc);
+  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+  if (!out) throw std::runtime_error("cannot write " + full.string());
+}
+
+std::filesystem::path SourceDir() { return ITHBAT_SOURCE_DIR; }
+
+std::optional<std::filesystem::path> SharedDataDir() {
+  if (const char* env = std::getenv("ITHBAT_SHARED_DIR"); env && *env) {
+    std::filesystem::path p = std::filesystem::path(env) / "data";
+    if (std::filesystem::is_directory(p)) return p;
+  }
+  auto p = SourceDir().parent_path() / "shared" / "data";
+  if (std::filesystem::is_directory(p)) return p;
+  return std::nullopt;
+}
+
+std::filesystem::path IthbatBinary() { return ITHBAT_BINARY; }
+
+}  // namespace ithbat::testing
