@@ -1,0 +1,58 @@
+#pragma once
+// The agent's HTTP endpoint (cpp-httplib): /metrics (Prometheus text format 0.0.4),
+// /api/v1/series, /api/v1/events, /api/v1/steps, /healthz, /api/v1/version. Documented in
+// docs/http-api.md. Binds 127.0.0.1 unless configured; an optional bearer token guards every
+// path except /healthz. Requests are bounded in size and time.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/runtime.h"
+#include "core/result.h"
+#include "store/store.h"
+
+namespace ithbat::serve {
+
+inline constexpr uint16_t kDefaultPort = 9479;
+
+struct ServerOptions {
+  std::string bind_address = "127.0.0.1";
+  uint16_t port = kDefaultPort;               // 0 = pick a free port (tests)
+  std::string bearer_token;                   // empty = no auth
+  size_t max_request_bytes = 64 * 1024;       // headers + body
+  TimeNs request_timeout = 10 * kNsPerSec;    // read and write timeouts
+  TimeNs stale_after = 5 * 60 * kNsPerSec;    // /metrics leaves out series silent this long
+  size_t max_series_per_query = 10'000;
+  size_t max_samples_per_query = 5'000'000;
+  int threads = 4;
+};
+
+// What the server reads besides the store. Both are optional (may be empty functions).
+struct ServerSources {
+  std::function<std::vector<agent::CollectorStatus>()> collectors;  // /healthz and self-metrics
+  std::function<std::vector<MetricDesc>()> metric_descs;            // HELP text for metrics not yet stored
+};
+
+class HttpServer {
+ public:
+  // Binds (errors: kUnavailable with the OS reason when the address is taken or invalid) and
+  // starts serving on its own threads.
+  static Result<std::unique_ptr<HttpServer>> Start(const store::Store& store, ServerSources sources,
+                                                   ServerOptions options);
+  ~HttpServer();  // stops
+  void Stop();
+  uint16_t port() const;  // the bound port (useful with port 0)
+
+ private:
+  HttpServer();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The Prometheus text exposition of the store's latest samples (also used by tests and
+// `ithbat agent --once`). Metric families sorted by name, HELP/TYPE from the descs.
+std::string RenderPrometheusText(const store::Store& store, TimeNs stale_before);
+
+}  // namespace ithbat::serve
