@@ -88,12 +88,27 @@ std::string FormatRfc3339(TimeNs t) {
 Result<TimeNs> ParseTimestamp(std::string_view text) {
   if (text.empty()) return MakeError(ErrorCode::kInvalidArgument, "empty timestamp");
   if (text.find('T') == std::string_view::npos) {
-    double secs = 0;
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), secs);
-    if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(secs)) {
+    // Unix seconds with an optional fraction, parsed as integers: a double would lose the
+    // nanoseconds of a present-day timestamp (it has 53 bits; ns since 1970 need 61).
+    std::string_view whole = text, frac;
+    if (auto dot = text.find('.'); dot != std::string_view::npos) {
+      whole = text.substr(0, dot);
+      frac = text.substr(dot + 1);
+    }
+    bool negative = !whole.empty() && whole.front() == '-';
+    if (negative) whole.remove_prefix(1);
+    int64_t secs = 0;
+    auto [ptr, ec] = std::from_chars(whole.data(), whole.data() + whole.size(), secs);
+    bool digits_only = !frac.empty() || !whole.empty();
+    for (char c : frac) digits_only = digits_only && std::isdigit(static_cast<unsigned char>(c));
+    if (whole.empty() || ec != std::errc() || ptr != whole.data() + whole.size() || !digits_only ||
+        secs > 9'000'000'000LL) {
       return MakeErrorF(ErrorCode::kInvalidArgument, "'{}' is neither RFC 3339 nor Unix seconds", text);
     }
-    return static_cast<TimeNs>(std::llround(secs * 1e9));
+    TimeNs nanos = 0, scale = 100'000'000;
+    for (size_t i = 0; i < frac.size() && scale > 0; ++i, scale /= 10) nanos += (frac[i] - '0') * scale;
+    TimeNs total = secs * kNsPerSec + nanos;
+    return negative ? -total : total;
   }
   // YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)
   std::string s(text);
