@@ -77,7 +77,8 @@ class Collector {
   std::string name_;
   mutable std::mutex mu_;
   CollectorHealth health_;
-  TimeNs last_logged_error_ = 0;
+  TimeNs last_logged_error_ = 0;    // monotonic ns of the last logged error line (0 = never)
+  uint64_t suppressed_errors_ = 0;  // error lines not logged since then (rate limit)
 };
 
 }  // namespace ithbat::agent

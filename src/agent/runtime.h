@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/collector.h"
@@ -46,19 +47,23 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   // Before Start only. interval 0 = the runtime's default.
-  Status Add(std::unique_ptr<Collector> collector, TimeNs interval = 0);
+  ithbat::Status Add(std::unique_ptr<Collector> collector, TimeNs interval = 0);
   // Inits and starts every collector. One whose Init or Start fails is logged and reported
   // down (state kFailed); the others run. Errors only if the runtime itself cannot start.
-  Status Start();
+  ithbat::Status Start();
   // Stops the ticker, waits for workers up to the deadline (a hung Collect is abandoned:
   // its thread is detached and the process may exit under it), calls Stop() on collectors,
   // runs maintenance a last time.
   void Stop();
 
+  // (Status is also this method's name, hence ithbat::Status for the return types above.)
   std::vector<CollectorStatus> Status() const;
   // Every metric the runtime and its collectors may produce (for /metrics HELP text and
   // docs/metrics.md), sorted by name.
   std::vector<MetricDesc> DescribeAll() const;
+  // The same, grouped for RenderMetricsDoc: {"agent", DescribeSelf()} first, then each
+  // collector in the order added.
+  std::vector<std::pair<std::string, std::vector<MetricDesc>>> DescribeByCollector() const;
   // The runtime's own self-metrics.
   static std::vector<MetricDesc> DescribeSelf();
 
