@@ -34,6 +34,8 @@ class ChunkEncoder {
   size_t capacity_bytes() const { return words_.capacity() * sizeof(uint64_t); }
   // The encoded bytes so far (a copy, exact size); the encoder stays usable.
   std::vector<uint8_t> Bytes() const;
+  // The same into caller-owned memory of at least size_bytes() (sealing without a temporary).
+  void CopyBytes(std::span<uint8_t> out) const;
   void Clear();
 
  private:
@@ -52,6 +54,12 @@ class ChunkEncoder {
   int8_t exponent_ = 0;
   uint8_t xor_leading_ = 0xff;  // Gorilla window: 0xff = no window yet
   uint8_t xor_trailing_ = 0;
+  // Mantissa predictor and residual coder state (see chunk.cc), mirrored by the decoder.
+  int64_t last_mdelta_ = 0;
+  int64_t cost_delta_ = 0;
+  int64_t cost_slope_ = 0;
+  uint64_t rice_sum_ = 16;  // adaptive Rice parameter: running sum and count of residuals
+  uint64_t rice_n_ = 1;
 };
 
 // Iterates the samples of an encoded chunk. The bytes must outlive the decoder.
@@ -79,6 +87,11 @@ class ChunkDecoder {
   int8_t exponent_ = 0;
   uint8_t xor_leading_ = 0xff;
   uint8_t xor_trailing_ = 0;
+  int64_t last_mdelta_ = 0;
+  int64_t cost_delta_ = 0;
+  int64_t cost_slope_ = 0;
+  uint64_t rice_sum_ = 16;  // adaptive Rice parameter: running sum and count of residuals
+  uint64_t rice_n_ = 1;
 };
 
 // Decodes a whole chunk (helper for tests and cold paths).

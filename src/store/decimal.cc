@@ -22,6 +22,14 @@ bool TryExponent(double v, int e, Decimal* out) {
 
 }  // namespace
 
+std::optional<Decimal> ToDecimalAt(double v, int8_t exponent) {
+  if (exponent < -kMaxDecimalDigits || exponent > 18) return std::nullopt;
+  if (v == 0 && std::signbit(v)) return std::nullopt;  // -0.0 has no decimal form
+  Decimal d;
+  if (!TryExponent(v, exponent, &d)) return std::nullopt;
+  return d;
+}
+
 double FromDecimal(Decimal d) {
   double m = static_cast<double>(d.mantissa);
   // Division by an exact power of ten is correctly rounded, so a value printed with k digits
@@ -39,8 +47,13 @@ std::optional<Decimal> ToDecimal(double v, int8_t hint_exponent) {
     if (hint_exponent == 18 || !TryExponent(v, hint_exponent + 1, &shorter)) return d;
   }
   // Integers with trailing zeros take positive exponents (1e9 → 1 × 10^9); others the fewest digits.
-  if (TryExponent(v, 0, &d)) {
-    int e = 0;
+  // Integers past 2^53 start at the first exponent that brings the mantissa below it.
+  int first = 0;
+  if (std::fabs(v) >= kMaxExact) {
+    while (first < 18 && !TryExponent(v, first, &d)) ++first;
+  }
+  if (TryExponent(v, first, &d)) {
+    int e = first;
     Decimal bigger;
     while (e < 18 && d.mantissa % 10 == 0 && TryExponent(v, e + 1, &bigger)) {
       d = bigger;

@@ -19,6 +19,9 @@ inline constexpr int kMaxDecimalDigits = 15;
 // tries hint_exponent first (pass the previous sample's exponent: it usually fits). nullopt
 // for NaN, ±Inf, -0.0, and values with no such short form (|mantissa| must stay < 2^53).
 std::optional<Decimal> ToDecimal(double v, int8_t hint_exponent = 0);
+// v as mantissa × 10^exponent at exactly this exponent (bit-exact, |mantissa| < 2^53), or
+// nullopt. Lets a codec keep one exponent for a series whose values vary in digit count.
+std::optional<Decimal> ToDecimalAt(double v, int8_t exponent);
 double FromDecimal(Decimal d);
 
 }  // namespace ithbat::store

@@ -14,6 +14,8 @@ class EventLog {
  public:
   EventLog(size_t max_events, size_t max_text_bytes);
   ~EventLog();
+  EventLog(const EventLog&) = delete;  // owns its Impl
+  EventLog& operator=(const EventLog&) = delete;
   // Cuts text and attribute values longer than max_text_bytes (marking the cut with "…[cut]").
   // When full, the oldest event goes (counted in dropped()).
   void Append(Event event);

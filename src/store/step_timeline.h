@@ -22,6 +22,8 @@ class StepTimelines {
  public:
   explicit StepTimelines(size_t max_steps_per_rank = 1'000'000);
   ~StepTimelines();
+  StepTimelines(const StepTimelines&) = delete;  // owns its Impl
+  StepTimelines& operator=(const StepTimelines&) = delete;
   // Steps arrive in increasing order per rank; a step already present is replaced (logged
   // steps calibrate inferred ones). A span with end < start is kInvalidArgument.
   Status Record(std::string_view job, int32_t rank, StepSpan span);

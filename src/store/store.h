@@ -121,6 +121,9 @@ class Store final : public Sink {
 
   // Writes what arrived since the last flush as one crash-safe segment (no-op in memory mode).
   Status Flush();
+  // Merges small on-disk segments into larger ones (better compression, fewer files); the
+  // agent calls it from maintenance. No-op in memory mode.
+  Status Compact();
   // Drops chunks and events older than now - retention, then the oldest chunks until the memory
   // budget holds; on disk, segments by retention and disk budget.
   void EnforceRetention(TimeNs now);

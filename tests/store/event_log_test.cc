@@ -1,0 +1,217 @@
+#include "store/event_log.h"
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace ithbat::store {
+namespace {
+
+Event MakeEvent(TimeNs t, EventKind kind = EventKind::kLogLine, std::string job = "", int32_t rank = -1) {
+  Event e;
+  e.time = t;
+  e.kind = kind;
+  e.identity.job = std::move(job);
+  e.identity.rank = rank;
+  e.name = "n" + std::to_string(t);
+  return e;
+}
+
+std::vector<TimeNs> Times(const std::vector<Event>& events) {
+  std::vector<TimeNs> out;
+  for (const auto& e : events) out.push_back(e.time);
+  return out;
+}
+
+TEST(EventLogTest, AppendAndQueryAllInTimeOrder) {
+  EventLog log(100, 1024);
+  for (TimeNs t : {10, 20, 30}) log.Append(MakeEvent(t));
+  EXPECT_EQ(log.size(), 3u);
+  EXPECT_EQ(Times(log.Query(EventQuery{})), (std::vector<TimeNs>{10, 20, 30}));
+  EXPECT_GT(log.bytes(), 0u);
+}
+
+TEST(EventLogTest, OutOfOrderArrivalIsPlacedInOrder) {
+  EventLog log(100, 1024);
+  for (TimeNs t : {10, 30, 20, 40, 5, 35}) log.Append(MakeEvent(t));
+  EXPECT_EQ(Times(log.Query(EventQuery{})), (std::vector<TimeNs>{5, 10, 20, 30, 35, 40}));
+}
+
+TEST(EventLogTest, EqualTimesKeepAppendOrder) {
+  EventLog log(100, 1024);
+  Event a = MakeEvent(10), b = MakeEvent(10), c = MakeEvent(10), late = MakeEvent(5);
+  a.name = "a";
+  b.name = "b";
+  c.name = "c";
+  log.Append(a);
+  log.Append(b);
+  log.Append(late);
+  log.Append(c);
+  auto got = log.Query(EventQuery{});
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].time, 5);
+  EXPECT_EQ(got[1].name, "a");
+  EXPECT_EQ(got[2].name, "b");
+  EXPECT_EQ(got[3].name, "c");
+}
+
+TEST(EventLogTest, BoundedDropsOldestAndCounts) {
+  EventLog log(3, 1024);
+  for (TimeNs t = 1; t <= 5; ++t) log.Append(MakeEvent(t));
+  EXPECT_EQ(log.size(), 3u);
+  EXPECT_EQ(log.dropped(), 2u);
+  EXPECT_EQ(Times(log.Query(EventQuery{})), (std::vector<TimeNs>{3, 4, 5}));
+  // A late event older than everything held is the oldest: it goes at once.
+  log.Append(MakeEvent(0));
+  EXPECT_EQ(log.dropped(), 3u);
+  EXPECT_EQ(Times(log.Query(EventQuery{})), (std::vector<TimeNs>{3, 4, 5}));
+}
+
+TEST(EventLogTest, CutsLongTextAndAttributeValuesVisibly) {
+  EventLog log(10, 32);
+  Event e = MakeEvent(1);
+  e.text = std::string(100, 'x');
+  e.attrs = {{"path", std::string(50, 'p')}, {"short", "ok"}};
+  log.Append(e);
+  auto got = log.Query(EventQuery{});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_LE(got[0].text.size(), 32u);
+  EXPECT_TRUE(got[0].text.ends_with("…[cut]")) << got[0].text;
+  EXPECT_TRUE(got[0].text.starts_with("xxxx"));
+  EXPECT_LE(got[0].attrs[0].second.size(), 32u);
+  EXPECT_TRUE(got[0].attrs[0].second.ends_with("…[cut]"));
+  EXPECT_EQ(got[0].attrs[1].second, "ok");
+}
+
+TEST(EventLogTest, CutNeverSplitsAUtf8Character) {
+  EventLog log(10, 16);
+  Event e = MakeEvent(1);
+  e.text = "ééééééééééééééé";  // 2 bytes each
+  log.Append(e);
+  std::string text = log.Query(EventQuery{})[0].text;
+  ASSERT_TRUE(text.ends_with("…[cut]"));
+  std::string kept = text.substr(0, text.size() - std::string("…[cut]").size());
+  EXPECT_EQ(kept.size() % 2, 0u);
+  for (size_t i = 0; i < kept.size(); i += 2) EXPECT_EQ(kept.substr(i, 2), "é");
+}
+
+TEST(EventLogTest, TextAtTheBoundIsKept) {
+  EventLog log(10, 8);
+  Event e = MakeEvent(1);
+  e.text = "12345678";
+  log.Append(e);
+  EXPECT_EQ(log.Query(EventQuery{})[0].text, "12345678");
+}
+
+TEST(EventLogTest, QueryFilters) {
+  EventLog log(100, 1024);
+  Event a = MakeEvent(10, EventKind::kXid, "j1", 0);
+  a.identity.gpu_index = 3;
+  Event b = MakeEvent(20, EventKind::kStep, "j1", 1);
+  b.identity.pid = 77;
+  Event c = MakeEvent(30, EventKind::kStep, "j2", 0);
+  Event d = MakeEvent(40, EventKind::kLoss, "j1", 0);
+  for (const auto& e : {a, b, c, d}) log.Append(e);
+
+  EventQuery q;
+  q.kinds = {EventKind::kStep};
+  EXPECT_EQ(Times(log.Query(q)), (std::vector<TimeNs>{20, 30}));
+  q = {};
+  q.job = "j1";
+  EXPECT_EQ(Times(log.Query(q)), (std::vector<TimeNs>{10, 20, 40}));
+  q.rank = 0;
+  EXPECT_EQ(Times(log.Query(q)), (std::vector<TimeNs>{10, 40}));
+  q = {};
+  q.pid = 77;
+  EXPECT_EQ(Times(log.Query(q)), (std::vector<TimeNs>{20}));
+  q = {};
+  q.gpu = 3;
+  EXPECT_EQ(Times(log.Query(q)), (std::vector<TimeNs>{10}));
+  q = {};
+  q.kinds = {EventKind::kLoss, EventKind::kXid};
+  EXPECT_EQ(Times(log.Query(q)), (std::vector<TimeNs>{10, 40}));
+}
+
+TEST(EventLogTest, QueryWindowIsInclusive) {
+  EventLog log(100, 1024);
+  for (TimeNs t : {10, 20, 20, 30, 40}) log.Append(MakeEvent(t));
+  EventQuery q;
+  q.from = 20;
+  q.to = 30;
+  EXPECT_EQ(Times(log.Query(q)), (std::vector<TimeNs>{20, 20, 30}));
+  q.from = 31;
+  q.to = 39;
+  EXPECT_TRUE(log.Query(q).empty());
+  q.from = 50;
+  q.to = 10;  // empty window
+  EXPECT_TRUE(log.Query(q).empty());
+}
+
+TEST(EventLogTest, LimitKeepsNewestInTimeOrder) {
+  EventLog log(100, 1024);
+  for (TimeNs t = 1; t <= 10; ++t) log.Append(MakeEvent(t, t % 2 ? EventKind::kXid : EventKind::kStep));
+  EventQuery q;
+  q.limit = 3;
+  EXPECT_EQ(Times(log.Query(q)), (std::vector<TimeNs>{8, 9, 10}));
+  q.kinds = {EventKind::kXid};
+  EXPECT_EQ(Times(log.Query(q)), (std::vector<TimeNs>{5, 7, 9}));
+  q.limit = 0;
+  EXPECT_TRUE(log.Query(q).empty());
+}
+
+TEST(EventLogTest, TakeUnflushedInAppendOrderOnce) {
+  EventLog log(100, 1024);
+  for (TimeNs t : {10, 30, 20}) log.Append(MakeEvent(t));
+  EXPECT_EQ(Times(log.TakeUnflushed()), (std::vector<TimeNs>{10, 30, 20}));
+  EXPECT_TRUE(log.TakeUnflushed().empty());
+  log.Append(MakeEvent(5));  // late: sorts first in the log, still handed out
+  log.Append(MakeEvent(40));
+  EXPECT_EQ(Times(log.TakeUnflushed()), (std::vector<TimeNs>{5, 40}));
+  EXPECT_EQ(log.size(), 5u);  // taking does not remove
+}
+
+TEST(EventLogTest, TakeUnflushedSkipsDroppedEvents) {
+  EventLog log(2, 1024);
+  for (TimeNs t = 1; t <= 4; ++t) log.Append(MakeEvent(t));
+  EXPECT_EQ(Times(log.TakeUnflushed()), (std::vector<TimeNs>{3, 4}));
+  log.Append(MakeEvent(5));
+  log.DropBefore(5);
+  log.Append(MakeEvent(6));
+  EXPECT_EQ(Times(log.TakeUnflushed()), (std::vector<TimeNs>{5, 6}));
+}
+
+TEST(EventLogTest, DropBefore) {
+  EventLog log(100, 1024);
+  for (TimeNs t : {10, 20, 30}) log.Append(MakeEvent(t));
+  uint64_t bytes = log.bytes();
+  log.DropBefore(20);
+  EXPECT_EQ(Times(log.Query(EventQuery{})), (std::vector<TimeNs>{20, 30}));
+  EXPECT_LT(log.bytes(), bytes);
+  EXPECT_EQ(log.dropped(), 0u);  // retention is not an overflow
+  log.DropBefore(kMaxTime);
+  EXPECT_EQ(log.size(), 0u);
+  EXPECT_EQ(log.bytes(), 0u);
+}
+
+TEST(EventLogTest, ConcurrentWritersAndReaders) {
+  EventLog log(100'000, 64);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&log, w] {
+      for (int i = 0; i < 2000; ++i) log.Append(MakeEvent(i * 4 + w));
+    });
+  }
+  threads.emplace_back([&log] {
+    for (int i = 0; i < 50; ++i) (void)log.Query(EventQuery{});
+  });
+  for (auto& t : threads) t.join();
+  auto all = log.Query(EventQuery{.limit = 100'000});
+  ASSERT_EQ(all.size(), 8000u);
+  for (size_t i = 1; i < all.size(); ++i) ASSERT_LE(all[i - 1].time, all[i].time);
+  EXPECT_EQ(log.TakeUnflushed().size(), 8000u);
+}
+
+}  // namespace
+}  // namespace ithbat::store
