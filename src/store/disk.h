@@ -62,9 +62,11 @@ class DiskStore {
   // segments are skipped and counted, never fatal.
   Status Load(const std::function<void(const SeriesDefinition&)>& on_series,
               const std::function<void(const SegmentContents&)>& on_segment);
-  // Merges runs of small segments; deletes segments wholly older than `before`, then the
-  // oldest until the disk budget holds.
+  // Merges closed time windows of small segments into larger ones (two tiers: 5 min, then
+  // 1 h; see docs/storage.md). Cheap when there is nothing to merge: the agent calls it from
+  // maintenance. Deleting old segments is EnforceRetention's job.
   Status Compact();
+  // Deletes segments wholly older than `before`, then the oldest until the disk budget holds.
   void EnforceRetention(TimeNs before);
   DiskStats Stats() const;
 
