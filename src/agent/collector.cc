@@ -119,6 +119,10 @@ Status Collector::Collect(TimeNs tick_time) {
                         StateName(health_.state));
     }
   }
+  {
+    std::lock_guard lock(mu_);
+    partial_error_this_collect_ = false;
+  }
   const TimeNs begin = MonotonicNowNs();
   Status s = Guarded("collect", [&] { return CollectImpl(tick_time); });
   const TimeNs duration = MonotonicNowNs() - begin;
@@ -132,7 +136,7 @@ Status Collector::Collect(TimeNs tick_time) {
     if (s) {
       health_.up = true;
       health_.last_success = tick_time;
-      health_.last_error.clear();
+      if (!partial_error_this_collect_) health_.last_error.clear();
       return s;
     }
     health_.errors++;
@@ -186,6 +190,10 @@ void Collector::ReportError(const Error& error) {
   {
     std::lock_guard lock(mu_);
     health_.errors++;
+    // Kept until the end of this Collect (a successful one does not clear it), so health and
+    // /healthz say which file or call failed even though the collector stays up.
+    health_.last_error = Bounded(error.ToString());
+    partial_error_this_collect_ = true;
     log = TakeLogSlot(last_logged_error_, suppressed_errors_, &suppressed);
   }
   if (log) {

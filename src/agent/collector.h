@@ -36,7 +36,7 @@ struct CollectorHealth {
   uint64_t timeouts = 0;            // Collects the watchdog found running past the deadline
   TimeNs last_duration = 0;         // ns, of the last finished Collect
   TimeNs last_success = 0;          // tick time of the last successful Collect
-  std::string last_error;           // empty when up
+  std::string last_error;           // the last error of the latest Collect (whole or partial); empty when it had none
   std::string degraded;             // why the source works only in part ("" = fully working)
 };
 
@@ -79,6 +79,7 @@ class Collector {
   CollectorHealth health_;
   TimeNs last_logged_error_ = 0;    // monotonic ns of the last logged error line (0 = never)
   uint64_t suppressed_errors_ = 0;  // error lines not logged since then (rate limit)
+  bool partial_error_this_collect_ = false;  // ReportError was called during the current Collect
 };
 
 }  // namespace ithbat::agent

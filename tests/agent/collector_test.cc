@@ -167,6 +167,11 @@ TEST(CollectorTest, ReportErrorCountsButStaysUp) {
   EXPECT_TRUE(h.up);
   EXPECT_EQ(h.errors, 3u);
   EXPECT_EQ(h.last_success, 1000);
+  EXPECT_FALSE(h.last_error.empty()) << "a partial error stays visible in health";
+  // The next clean Collect clears it.
+  c.partial_errors = 0;
+  ASSERT_TRUE(c.Collect(2000));
+  EXPECT_TRUE(c.Health().last_error.empty());
 }
 
 TEST(CollectorTest, ReportErrorLogIsRateLimited) {
