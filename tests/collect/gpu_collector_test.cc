@@ -1,0 +1,498 @@
+// The GPU collector against the fake libnvidia-ml.so.1 (sim/), driven through the fake's
+// shared state: a default node of 8 H100, then faults (lost GPU, hung calls, NOT_SUPPORTED),
+// processes coming and going, Xid events. Written to a FakeSink that records everything.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/runtime.h"
+#include "collect/gpu/gpu_collector.h"
+#include "core/metric.h"
+#include "fake_state/fake_state_api.h"
+#include "testutil/testutil.h"
+
+// tests/CMakeLists.txt links ithbat_fake_state into the collect tests, which defines
+// ITHBAT_FAKE_NVML_PATH (the built fake libnvidia-ml.so.1) and builds the fake first.
+#ifdef ITHBAT_FAKE_NVML_PATH
+
+namespace ithbat::collect {
+namespace {
+
+using ::ithbat::testing::TempDir;
+using ::testing::HasSubstr;
+
+// Records everything; thread-safe because events arrive from the collector's event thread.
+class FakeSink : public Sink {
+ public:
+  struct Series {
+    MetricDesc desc;
+    LabelSet labels;
+    std::vector<std::pair<TimeNs, double>> samples;
+  };
+
+  Result<SeriesRef> RegisterSeries(const MetricDesc& desc, const LabelSet& labels) override {
+    std::lock_guard lk(mu_);
+    if (Status s = ValidateMetricDesc(desc); !s) return std::unexpected(s.error());
+    for (size_t i = 0; i < series_.size(); i++) {
+      const MetricDesc& d = series_[i].desc;
+      if (d.name != desc.name) continue;
+      if (d.help != desc.help || d.unit != desc.unit || d.type != desc.type) {
+        return MakeErrorF(ErrorCode::kInvalidArgument, "desc of {} conflicts", desc.name);
+      }
+      if (series_[i].labels == labels) return static_cast<SeriesRef>(i);
+    }
+    series_.push_back(Series{desc, labels, {}});
+    return static_cast<SeriesRef>(series_.size() - 1);
+  }
+
+  Status Append(SeriesRef ref, TimeNs t, double value) override {
+    std::lock_guard lk(mu_);
+    if (ref >= series_.size()) return MakeError(ErrorCode::kNotFound, "unknown ref");
+    auto& s = series_[ref].samples;
+    if (!s.empty() && t < s.back().first) return MakeError(ErrorCode::kOutOfOrder, "older than newest");
+    if (!s.empty() && t == s.back().first) {
+      if (value == s.back().second) return Ok();
+      return MakeError(ErrorCode::kDuplicate, "same time, other value");
+    }
+    s.emplace_back(t, value);
+    return Ok();
+  }
+
+  Status AppendEvent(Event e) override {
+    std::lock_guard lk(mu_);
+    events_.push_back(std::move(e));
+    return Ok();
+  }
+  Status RecordStep(std::string_view, int32_t, StepSpan) override { return Ok(); }
+
+  std::vector<Series> series() const {
+    std::lock_guard lk(mu_);
+    return series_;
+  }
+  std::vector<Event> events() const {
+    std::lock_guard lk(mu_);
+    return events_;
+  }
+  // The series (name, labels as "{a="x",...}"), or nullopt.
+  std::optional<Series> Find(std::string_view name, std::string_view labels) const {
+    std::lock_guard lk(mu_);
+    for (const auto& s : series_) {
+      if (s.desc.name == name && s.labels.ToString() == labels) return s;
+    }
+    return std::nullopt;
+  }
+  // The value at t of the series whose labels include every given pair, or nullopt.
+  std::optional<double> ValueAt(std::string_view name, const std::map<std::string, std::string>& want,
+                                TimeNs t) const {
+    std::lock_guard lk(mu_);
+    for (const auto& s : series_) {
+      if (s.desc.name != name) continue;
+      bool match = true;
+      for (const auto& [k, v] : want) match = match && s.labels.Get(k) == std::optional<std::string_view>(v);
+      if (!match) continue;
+      for (const auto& [st, sv] : s.samples) {
+        if (st == t) return sv;
+      }
+    }
+    return std::nullopt;
+  }
+  size_t CountWithSamples(std::string_view name_prefix = "") const {
+    std::lock_guard lk(mu_);
+    return std::count_if(series_.begin(), series_.end(), [&](const Series& s) {
+      return !s.samples.empty() && s.desc.name.starts_with(name_prefix);
+    });
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Series> series_;
+  std::vector<Event> events_;
+};
+
+constexpr TimeNs kT0 = 1'700'000'000 * kNsPerSec;
+
+class GpuFakeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    state_path_ = (dir_.path() / "fake_state").string();
+    auto st = sim::FakeState::CreateDefault(state_path_, "gpu-test");
+    ASSERT_TRUE(st) << st.error().ToString();
+    state_ = std::move(*st);
+    ASSERT_EQ(setenv(kStateEnv, state_path_.c_str(), 1), 0);
+  }
+  void TearDown() override {
+    if (collector_) collector_->Stop();
+    collector_.reset();
+    unsetenv(kStateEnv);
+  }
+
+  // Creates, inits and starts the collector against the fake.
+  void Start(GpuOptions o = {}) {
+    o.library = ITHBAT_FAKE_NVML_PATH;
+    // Generous: a loaded CI machine must not make a healthy GPU look stalled.
+    if (o.gpu_deadline == GpuOptions{}.gpu_deadline) o.gpu_deadline = 10 * kNsPerSec;
+    o.event_wait = 50 * kNsPerMs;
+    collector_ = GpuCollector::Create(o);
+    Status s = collector_->Init(sink_);
+    ASSERT_TRUE(s) << s.error().ToString();
+    s = collector_->Start();
+    ASSERT_TRUE(s) << s.error().ToString();
+  }
+  // Collects tick n (1 s apart).
+  TimeNs Tick(int n) {
+    const TimeNs t = kT0 + n * kNsPerSec;
+    Status s = collector_->Collect(t);
+    EXPECT_TRUE(s) << s.error().ToString();
+    return t;
+  }
+
+  static constexpr const char* kStateEnv = "ITHBAT_FAKE_STATE";
+  TempDir dir_;
+  std::string state_path_;
+  std::unique_ptr<sim::FakeState> state_;
+  FakeSink sink_;
+  std::unique_ptr<GpuCollector> collector_;
+};
+
+TEST_F(GpuFakeTest, DefaultNodeHasAtLeast850SeriesAllDescribed) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_EQ(collector_->gpu_count(), 8u);
+  Tick(1);
+  const TimeNs t2 = Tick(2);  // GPM needs two samples
+  EXPECT_GE(sink_.CountWithSamples("ithbat_gpu_"), 850u);
+
+  std::map<std::string, MetricDesc> described;
+  for (const MetricDesc& d : collector_->Describe()) described[d.name] = d;
+  std::set<std::string> gpus;
+  for (const auto& s : sink_.series()) {
+    auto it = described.find(s.desc.name);
+    ASSERT_NE(it, described.end()) << s.desc.name << " is not in Describe()";
+    EXPECT_EQ(it->second.help, s.desc.help);
+    EXPECT_FALSE(s.desc.help.empty());
+    if (!s.desc.name.starts_with("ithbat_gpu_nvml_call")) {
+      ASSERT_TRUE(s.labels.Get("gpu")) << s.desc.name << s.labels.ToString();
+      ASSERT_TRUE(s.labels.Get("gpu_uuid")) << s.desc.name << s.labels.ToString();
+      gpus.insert(std::string(*s.labels.Get("gpu")));
+    }
+  }
+  EXPECT_EQ(gpus.size(), 8u);
+
+  // Base units: memory in bytes (an H100 has 80 GB), clocks in hertz, activities as ratios.
+  auto total = sink_.ValueAt("ithbat_gpu_memory_total_bytes", {{"gpu", "0"}}, t2);
+  ASSERT_TRUE(total);
+  EXPECT_GT(*total, 64.0 * (1ull << 30));
+  auto sm_max = sink_.ValueAt("ithbat_gpu_clock_max_hertz", {{"gpu", "0"}, {"clock", "sm"}}, t2);
+  ASSERT_TRUE(sm_max);
+  EXPECT_GT(*sm_max, 1e9);
+  auto util = sink_.ValueAt("ithbat_gpu_utilization_ratio", {{"gpu", "0"}}, t2);
+  ASSERT_TRUE(util);
+  EXPECT_GE(*util, 0.0);
+  EXPECT_LE(*util, 1.0);
+  auto info = sink_.ValueAt("ithbat_gpu_info", {{"gpu", "3"}}, t2);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(*info, 1.0);
+  EXPECT_TRUE(sink_.ValueAt("ithbat_gpu_gpm_ratio", {{"gpu", "0"}, {"metric", "sm_activity"}}, t2));
+  EXPECT_TRUE(sink_.ValueAt("ithbat_gpu_nvml_calls_total", {{"family", "power"}}, t2));
+  // Healthy node: no lost or stalled GPU.
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_lost", {{"gpu", "5"}}, t2), 0.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_nvml_stalled", {{"gpu", "5"}}, t2), 0.0);
+}
+
+TEST_F(GpuFakeTest, NotSupportedIsNeverExportedAndStopsBeingAppended) {
+  ASSERT_TRUE(state_->SetNotSupported(0, "nvmlDeviceGetPowerUsage", true));
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const TimeNs t1 = Tick(1);
+  EXPECT_FALSE(sink_.ValueAt("ithbat_gpu_power_watts", {{"gpu", "0"}}, t1)) << "not exported as a zero";
+  EXPECT_TRUE(sink_.ValueAt("ithbat_gpu_power_watts", {{"gpu", "1"}}, t1));
+  // A value that becomes unsupported later stops being appended.
+  ASSERT_TRUE(state_->SetNotSupported(1, "nvmlDeviceGetPowerUsage", true));
+  const TimeNs t2 = Tick(2);
+  EXPECT_FALSE(sink_.ValueAt("ithbat_gpu_power_watts", {{"gpu", "1"}}, t2));
+  EXPECT_TRUE(sink_.ValueAt("ithbat_gpu_power_watts", {{"gpu", "2"}}, t2));
+  EXPECT_TRUE(collector_->Health().up);
+}
+
+TEST_F(GpuFakeTest, MissingOptionalExportDisablesItsSeriesOnly) {
+  GpuOptions o;
+  o.hidden_symbols = {"nvmlDeviceGetTotalEnergyConsumption"};
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  const TimeNs t1 = Tick(1);
+  EXPECT_EQ(sink_.CountWithSamples("ithbat_gpu_energy_joules_total"), 0u);
+  EXPECT_TRUE(sink_.ValueAt("ithbat_gpu_power_watts", {{"gpu", "0"}}, t1));
+  const auto h = collector_->Health();
+  EXPECT_TRUE(h.up);
+  EXPECT_THAT(h.degraded, HasSubstr("nvmlDeviceGetTotalEnergyConsumption"));
+}
+
+TEST_F(GpuFakeTest, LostGpuIsReportedAndOthersContinue) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  Tick(1);
+  ASSERT_TRUE(state_->SetLost(3, true));
+  const TimeNs t2 = Tick(2);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_lost", {{"gpu", "3"}}, t2), 1.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_lost", {{"gpu", "2"}}, t2), 0.0);
+  EXPECT_FALSE(sink_.ValueAt("ithbat_gpu_power_watts", {{"gpu", "3"}}, t2));
+  EXPECT_TRUE(sink_.ValueAt("ithbat_gpu_power_watts", {{"gpu", "2"}}, t2));
+  const auto h = collector_->Health();
+  EXPECT_TRUE(h.up);
+  EXPECT_THAT(h.degraded, HasSubstr("GPU 3"));
+  bool event = false;
+  for (const Event& e : sink_.events()) {
+    if (e.kind == EventKind::kGpuEvent && e.name == "gpu_lost") {
+      event = true;
+      EXPECT_EQ(e.identity.gpu_index, 3);
+      EXPECT_FALSE(e.identity.gpu_uuid.empty());
+      EXPECT_EQ(e.time, t2);
+    }
+  }
+  EXPECT_TRUE(event);
+
+  ASSERT_TRUE(state_->SetLost(3, false));
+  const TimeNs t3 = Tick(3);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_lost", {{"gpu", "3"}}, t3), 0.0);
+  EXPECT_TRUE(sink_.ValueAt("ithbat_gpu_power_watts", {{"gpu", "3"}}, t3));
+  EXPECT_THAT(collector_->Health().degraded, ::testing::Not(HasSubstr("GPU_IS_LOST")));
+}
+
+TEST_F(GpuFakeTest, HungGpuIsSkippedOthersKeepReportingAndItRecovers) {
+  GpuOptions o;
+  o.gpu_deadline = 1 * kNsPerSec;  // each tick with a hung GPU waits this long once
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Tick(1);
+  ASSERT_TRUE(state_->SetHang(2, true));  // the fake blocks GPU 2's calls (up to 120 s)
+  const TimeNs t2 = Tick(2);
+  EXPECT_TRUE(collector_->gpu_stalled(2));
+  EXPECT_FALSE(collector_->gpu_stalled(1));
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_nvml_stalled", {{"gpu", "2"}}, t2), 1.0);
+  EXPECT_FALSE(sink_.ValueAt("ithbat_gpu_power_watts", {{"gpu", "2"}}, t2));
+  EXPECT_TRUE(sink_.ValueAt("ithbat_gpu_power_watts", {{"gpu", "1"}}, t2));
+  EXPECT_THAT(collector_->Health().degraded, HasSubstr("GPU 2"));
+  // Still hung: the next tick does not wait on GPU 2 again, the others are collected.
+  const TimeNs t3 = Tick(3);
+  EXPECT_TRUE(collector_->gpu_stalled(2));
+  EXPECT_TRUE(sink_.ValueAt("ithbat_gpu_power_watts", {{"gpu", "7"}}, t3));
+
+  ASSERT_TRUE(state_->SetHang(2, false));
+  // The outstanding call returns; within a few ticks GPU 2 is read again.
+  TimeNs t = t3;
+  for (int n = 4; n < 40 && collector_->gpu_stalled(2); n++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    t = Tick(n);
+  }
+  EXPECT_FALSE(collector_->gpu_stalled(2));
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_nvml_stalled", {{"gpu", "2"}}, t), 0.0);
+  EXPECT_TRUE(sink_.ValueAt("ithbat_gpu_power_watts", {{"gpu", "2"}}, t));
+  EXPECT_THAT(collector_->Health().degraded, ::testing::Not(HasSubstr("GPU 2")));
+}
+
+TEST_F(GpuFakeTest, ProcessesComeAndGo) {
+  ASSERT_TRUE(state_->AddProcess(0, 4242, 2ull << 30));
+  ASSERT_TRUE(state_->AddProcess(0, 4343, 1ull << 30));
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const TimeNs t1 = Tick(1);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_compute_processes", {{"gpu", "0"}}, t1), 2.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_process_memory_used_bytes", {{"gpu", "0"}, {"pid", "4242"}}, t1),
+            static_cast<double>(2ull << 30));
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_compute_processes", {{"gpu", "1"}}, t1), 0.0);
+  // The process exits between ticks: its series gets no more samples, the count follows.
+  ASSERT_TRUE(state_->RemoveProcess(0, 4242));
+  const TimeNs t2 = Tick(2);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_compute_processes", {{"gpu", "0"}}, t2), 1.0);
+  EXPECT_FALSE(sink_.ValueAt("ithbat_gpu_process_memory_used_bytes", {{"gpu", "0"}, {"pid", "4242"}}, t2));
+  EXPECT_TRUE(sink_.ValueAt("ithbat_gpu_process_memory_used_bytes", {{"gpu", "0"}, {"pid", "4343"}}, t2));
+}
+
+TEST_F(GpuFakeTest, ProcessListChangingDuringTheCallIsHandled) {
+  // Many processes appear while the collector runs: the list is re-sized and re-read.
+  ASSERT_NO_FATAL_FAILURE(Start());
+  Tick(1);
+  for (uint32_t pid = 1000; pid < 1040; pid++) ASSERT_TRUE(state_->AddProcess(4, pid, 1ull << 20));
+  const TimeNs t2 = Tick(2);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_compute_processes", {{"gpu", "4"}}, t2), 40.0);
+  for (uint32_t pid = 1000; pid < 1040; pid += 2) ASSERT_TRUE(state_->RemoveProcess(4, pid));
+  const TimeNs t3 = Tick(3);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_compute_processes", {{"gpu", "4"}}, t3), 20.0);
+  EXPECT_TRUE(collector_->Health().up);
+}
+
+TEST_F(GpuFakeTest, ProcessesExitingWhileTheListIsReadGiveAConsistentTick) {
+  // Slow calls widen the window between the sizing call and the fetch; a writer adds and
+  // removes processes meanwhile. Whatever NVML answers, a tick's count equals the pids listed.
+  ASSERT_TRUE(state_->SetSlowCall(4, 2000));
+  ASSERT_NO_FATAL_FAILURE(Start());
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    for (uint32_t round = 0; !stop.load(); round++) {
+      for (uint32_t pid = 2000; pid < 2030; pid++) (void)state_->AddProcess(4, pid + (round % 2) * 100, 1ull << 20);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      for (uint32_t pid = 2000; pid < 2030; pid++) (void)state_->RemoveProcess(4, pid + (round % 2) * 100);
+    }
+  });
+  std::vector<TimeNs> ticks;
+  for (int n = 1; n <= 8; n++) ticks.push_back(Tick(n));
+  stop = true;
+  churn.join();
+  for (TimeNs t : ticks) {
+    auto count = sink_.ValueAt("ithbat_gpu_compute_processes", {{"gpu", "4"}}, t);
+    ASSERT_TRUE(count);
+    size_t listed = 0;
+    for (const auto& s : sink_.series()) {
+      if (s.desc.name != "ithbat_gpu_process_memory_used_bytes" || s.labels.Get("gpu") != "4") continue;
+      for (const auto& [st, v] : s.samples) listed += st == t;
+    }
+    EXPECT_EQ(*count, static_cast<double>(listed));
+    EXPECT_LE(*count, 30.0);
+  }
+  EXPECT_TRUE(collector_->Health().up);
+}
+
+TEST_F(GpuFakeTest, NvLinkPerLinkErrorsAppearOnlyOnceNonZero) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  Tick(1);
+  EXPECT_EQ(sink_.CountWithSamples("ithbat_gpu_nvlink_link_errors_total"), 0u);
+  EXPECT_TRUE(sink_.ValueAt("ithbat_gpu_nvlink_up", {{"gpu", "1"}, {"link", "4"}}, kT0 + kNsPerSec));
+  ASSERT_TRUE(state_->AddNvLinkErrors(1, 4, 0 /* DL_REPLAY */, 3));
+  const TimeNs t2 = Tick(2);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_nvlink_link_errors_total", {{"gpu", "1"}, {"link", "4"}, {"counter", "replay"}},
+                          t2),
+            3.0);
+  EXPECT_EQ(sink_.CountWithSamples("ithbat_gpu_nvlink_link_errors_total"), 1u);
+}
+
+TEST_F(GpuFakeTest, HardwareCountersAndStatesFollowTheDevice) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const TimeNs t1 = Tick(1);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_ecc_errors_total",
+                          {{"gpu", "6"}, {"type", "uncorrected"}, {"counter", "aggregate"}}, t1),
+            0.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_clock_event_active", {{"gpu", "6"}, {"reason", "hw_power_brake_slowdown"}}, t1),
+            0.0);
+  ASSERT_TRUE(state_->AddEccErrors(6, 1 /* uncorrected */, 2 /* DRAM */, 2));
+  ASSERT_TRUE(state_->SetRemappedRows(6, 0, 1, true, false));
+  ASSERT_TRUE(state_->SetPcieLink(6, 3, 8));  // downtrained from gen 5 x16
+  ASSERT_TRUE(state_->SetForcedClockEventReasons(6, 0x80));  // HW power brake
+  ASSERT_TRUE(state_->SetMigMode(7, true));
+  const TimeNs t2 = Tick(2);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_ecc_errors_total",
+                          {{"gpu", "6"}, {"type", "uncorrected"}, {"counter", "aggregate"}}, t2),
+            2.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_ecc_location_errors_total",
+                          {{"gpu", "6"}, {"type", "uncorrected"}, {"location", "device_memory"}}, t2),
+            2.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_remapped_rows", {{"gpu", "6"}, {"kind", "uncorrected"}}, t2), 1.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_row_remap_pending", {{"gpu", "6"}}, t2), 1.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_pcie_link_generation", {{"gpu", "6"}}, t2), 3.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_pcie_link_generation_max", {{"gpu", "6"}}, t2), 5.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_pcie_link_width", {{"gpu", "6"}}, t2), 8.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_pcie_link_width_max", {{"gpu", "6"}}, t2), 16.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_clock_event_active", {{"gpu", "6"}, {"reason", "hw_power_brake_slowdown"}}, t2),
+            1.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_mig_enabled", {{"gpu", "7"}}, t2), 1.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_mig_enabled", {{"gpu", "6"}}, t2), 0.0);
+}
+
+TEST_F(GpuFakeTest, XidArrivesAsAnEvent) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  Tick(1);  // identifies the GPUs; the event thread then registers them
+  for (int i = 0; i < 500 && !collector_->events_ready(); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(collector_->events_ready());
+  ASSERT_TRUE(state_->InjectXid(5, 79));
+  std::optional<Event> xid;
+  for (int i = 0; i < 500 && !xid; i++) {
+    for (const Event& e : sink_.events()) {
+      if (e.kind == EventKind::kXid) xid = e;
+    }
+    if (!xid) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(xid) << "no Xid event within 5 s";
+  EXPECT_EQ(xid->value, 79.0);
+  EXPECT_EQ(xid->identity.gpu_index, 5);
+  EXPECT_FALSE(xid->identity.gpu_uuid.empty());
+  EXPECT_EQ(xid->source, "nvml");
+  const TimeNs t2 = Tick(2);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_xid_errors_total", {{"gpu", "5"}}, t2), 1.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_xid_errors_total", {{"gpu", "4"}}, t2), 0.0);
+}
+
+TEST_F(GpuFakeTest, UnderTheRuntimeAHungGpuNeverTripsTheWatchdog) {
+  // The per-GPU deadline (300 ms) is below the runtime's collect deadline (3 s): a GPU whose
+  // calls hang leaves the collector up and degraded instead of timed out.
+  agent::RuntimeOptions ro;
+  ro.interval = 100 * kNsPerMs;
+  ro.collect_deadline = 3 * kNsPerSec;
+  agent::Runtime runtime(sink_, ro);
+  GpuOptions o;
+  o.library = ITHBAT_FAKE_NVML_PATH;
+  o.gpu_deadline = 300 * kNsPerMs;
+  o.event_wait = 50 * kNsPerMs;
+  ASSERT_TRUE(runtime.Add(GpuCollector::Create(o)));
+  ASSERT_TRUE(state_->SetHang(6, true));
+  ASSERT_TRUE(runtime.Start());
+  auto gpu_status = [&] {
+    for (const auto& st : runtime.Status()) {
+      if (st.name == "gpu") return st;
+    }
+    return agent::CollectorStatus{};
+  };
+  // Wait (bounded) for a few collects with GPU 6 stalled.
+  for (int i = 0; i < 200 && gpu_status().health.collects < 4; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto h = gpu_status().health;
+  EXPECT_GE(h.collects, 4u);
+  EXPECT_EQ(h.timeouts, 0u);
+  EXPECT_TRUE(h.up);
+  EXPECT_THAT(h.degraded, HasSubstr("GPU 6"));
+  size_t gpu7_samples = 0, gpu6_samples = 0;
+  for (const auto& s : sink_.series()) {
+    if (s.desc.name != "ithbat_gpu_power_watts") continue;
+    if (s.labels.Get("gpu") == "7") gpu7_samples = s.samples.size();
+    if (s.labels.Get("gpu") == "6") gpu6_samples = s.samples.size();
+  }
+  EXPECT_GE(gpu7_samples, 3u);
+  EXPECT_EQ(gpu6_samples, 0u);
+  ASSERT_TRUE(state_->SetHang(6, false));
+  for (int i = 0; i < 200 && !gpu_status().health.degraded.empty(); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(gpu_status().health.degraded, "");
+  runtime.Stop();
+}
+
+// Keep this test last in the file: the reader it abandons keeps the fake library loaded until
+// its call returns, and tests run in one process (outside ctest) would share that instance.
+TEST_F(GpuFakeTest, StopReturnsWhileAGpuIsStillHung) {
+  GpuOptions o;
+  o.gpu_deadline = 200 * kNsPerMs;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Tick(1);
+  ASSERT_TRUE(state_->SetHang(1, true));
+  Tick(2);
+  EXPECT_TRUE(collector_->gpu_stalled(1));
+  collector_->Stop();  // abandons GPU 1's reader (detached; it owns what it touches)
+  EXPECT_EQ(collector_->Health().state, agent::CollectorState::kStopped);
+  collector_.reset();
+  ASSERT_TRUE(state_->SetHang(1, false));  // lets the abandoned call return and unload NVML
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
+
+}  // namespace
+}  // namespace ithbat::collect
+
+#endif  // ITHBAT_FAKE_NVML_PATH
