@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs what building and testing Ithbat needs on Debian 12, as root, non-interactively.
+# Idempotent: when every package is already installed it touches nothing (no apt-get update),
+# so `make test` reruns stay fast. Fails loudly on any error.
+#
+# Not installed yet, on purpose (the steps that need them come with later issues; add them
+# here when a build or test step uses them):
+#   clang-19 libclang-rt-19-dev  - libFuzzer targets (clang 14 cannot compile <expected>)
+#   clang-tidy-19                - `make lint` uses it when present
+#   libbpf-dev bpftool           - eBPF collectors
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git python3
+  libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  libre2-dev libzstd-dev libsqlite3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  prometheus curl
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: missing packages (${missing[*]}) and not root; run as root" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+
+# The prometheus package would start its own server on :9090 where an init system runs; the
+# tests start their own on a free port, so keep package scripts from starting services.
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [[ ! -e $policy ]]; then
+  printf '#!/bin/sh\nexit 101\n' >"$policy"
+  chmod 755 "$policy"
+  created_policy=1
+fi
+cleanup() { if [[ $created_policy -eq 1 ]]; then rm -f "$policy"; fi; }
+trap cleanup EXIT
+
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Runs the CTest suite one label group at a time (core, store, agent, collect, serve, cli, sim,
+# integration, then any test carrying none of those labels) and prints how long each group
+# took, so a slow module shows up in every CI log. Every group runs even when an earlier one
+# fails; the exit status is non-zero if any test failed.
+# Usage: scripts/run-tests.sh BUILD_DIR [JOBS]
+set -uo pipefail
+
+build=${1:?usage: run-tests.sh BUILD_DIR [JOBS]}
+jobs=${2:-2}
+groups=(core store agent collect serve cli sim integration)
+known=$(IFS='|'; echo "${groups[*]}")
+
+total_pass=0
+total_fail=0
+status=0
+table=()
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+for g in "${groups[@]}" other; do
+  if [[ $g == other ]]; then
+    select=(-LE "^(${known})\$")
+  else
+    select=(-L "^${g}\$")
+  fi
+  # Integration tests start servers and measure nothing, but they share 2 cores with the
+  # build machine's other work: run them one at a time so their bounded waits stay generous.
+  j=$jobs
+  [[ $g == integration ]] && j=1
+
+  listed=$(ctest --test-dir "$build" -N "${select[@]}" 2>/dev/null | sed -n 's/^Total Tests: \([0-9]*\)$/\1/p')
+  if [[ ${listed:-0} -eq 0 ]]; then
+    if [[ $g != other ]]; then
+      table+=("$(printf '%-12s %8s    no tests' "$g" "-")")
+      echo "==> stage test:$g: 0.0 s (no tests)"
+    fi
+    continue
+  fi
+
+  echo "---- test group $g ($listed tests) ----"
+  start=$(date +%s.%N)
+  ctest --test-dir "$build" "${select[@]}" -j "$j" --output-on-failure --timeout 600 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  end=$(date +%s.%N)
+  secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+  line=$(grep -Eo '[0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
+  failed=$(awk '{ print $1 }' <<<"$line")
+  count=$(awk '{ print $NF }' <<<"$line")
+  if [[ -z $line ]]; then  # ctest itself failed (bad build dir, crash while listing)
+    failed=1
+    count=1
+  fi
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then
+    failed=1
+  fi
+  passed=$((count - failed))
+  total_pass=$((total_pass + passed))
+  total_fail=$((total_fail + failed))
+  if [[ $failed -ne 0 || $rc -ne 0 ]]; then
+    status=1
+    verdict="FAILED"
+  else
+    verdict="ok"
+  fi
+  table+=("$(printf '%-12s %8s s  %d passed, %d failed' "$g" "$secs" "$passed" "$failed")")
+  echo "==> stage test:$g: $secs s ($verdict, $passed passed, $failed failed)"
+done
+
+echo
+echo "Test groups:"
+printf '  %s\n' "${table[@]}"
+echo
+echo "tests: ${total_pass} passed, ${total_fail} failed"
+if [[ $((total_pass + total_fail)) -eq 0 ]]; then
+  echo "run-tests: no test ran" >&2
+  exit 1
+fi
+exit $status

@@ -1,0 +1,236 @@
+#include "cli/agent_options.h"
+
+#include <array>
+#include <cerrno>
+#include <charconv>
+
+#include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <fmt/core.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "serve/http_server.h"
+
+namespace ithbat::cli {
+namespace {
+
+Result<TimeNs> ResolveDuration(std::string_view key, const std::string& text, TimeNs min, TimeNs max) {
+  auto d = ParseDuration(text);
+  if (!d)
+    return MakeErrorF(ErrorCode::kInvalidArgument, "{}: invalid duration '{}': {}", key, text,
+                      d.error().message);
+  if (*d < min || *d > max) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "{}: '{}' is out of range ({}ms to {}s)", key, text,
+                      min / kNsPerMs, max / kNsPerSec);
+  }
+  return *d;
+}
+
+Result<uint64_t> ResolveSize(std::string_view key, const std::string& text, uint64_t min) {
+  auto s = ParseByteSize(text);
+  if (!s)
+    return MakeErrorF(ErrorCode::kInvalidArgument, "{}: invalid size '{}': {}", key, text, s.error().message);
+  if (*s < min)
+    return MakeErrorF(ErrorCode::kInvalidArgument, "{}: '{}' is below the minimum of {} bytes", key, text,
+                      min);
+  return *s;
+}
+
+bool IsTokenChar(char c) {
+  // RFC 6750 b64token plus what people paste from `openssl rand -base64`/-hex.
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+         c == '_' || c == '~' || c == '+' || c == '/' || c == '=';
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+}  // namespace
+
+AgentFlags::AgentFlags() : listen(fmt::format("127.0.0.1:{}", serve::kDefaultPort)) {}
+
+void AddAgentFlags(CLI::App& cmd, AgentFlags& f) {
+  cmd.add_option("--listen", f.listen,
+                 "Address and port to serve /metrics and the API on (ADDR:PORT; port 0 = any free port)")
+      ->capture_default_str();
+  cmd.add_option(
+      "--token-file", f.token_file,
+      "File holding a bearer token required on every path but /healthz (must not be world-readable)");
+  cmd.add_option("--procfs", f.procfs, "Root of the proc file system to read node statistics from")
+      ->capture_default_str();
+  cmd.add_option("--sysfs", f.sysfs, "Root of the sys file system (for the GPU and network collectors)")
+      ->capture_default_str();
+  cmd.add_option("--node", f.node, "Node name reported by the agent (default: the host name)");
+  cmd.add_option("--cluster", f.cluster, "Cluster name reported by the agent");
+  cmd.add_option("--interval", f.interval, "Collection interval")->capture_default_str();
+  cmd.add_option("--collect-deadline", f.collect_deadline, "A collection running longer is marked hung")
+      ->capture_default_str();
+  cmd.add_option("--data-dir", f.data_dir, "Directory for history on disk (empty: memory only)");
+  cmd.add_option("--retention", f.retention, "How long samples and events are kept")->capture_default_str();
+  cmd.add_option("--memory-budget", f.memory_budget, "Memory for compressed samples and events")
+      ->capture_default_str();
+  cmd.add_option("--disk-budget", f.disk_budget, "Disk space for history in --data-dir")
+      ->capture_default_str();
+  cmd.add_option("--flush-interval", f.flush_interval, "How often new data is written to --data-dir")
+      ->capture_default_str();
+  cmd.add_option("--log-format", f.log_format, "Log format on stderr: human or json")->capture_default_str();
+  cmd.add_option("--log-level", f.log_level, "trace, debug, info, warn, error, critical or off")
+      ->capture_default_str();
+  cmd.add_flag("--once", f.once, "Collect one round (two ticks), print the /metrics text to stdout and exit")
+      ->configurable(false);
+}
+
+Result<ListenAddress> ParseListenAddress(std::string_view text) {
+  auto bad = [&](std::string_view why) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "expected ADDR:PORT, got '{}' ({})", text, why);
+  };
+  size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos) return bad("no port");
+  std::string_view host = text.substr(0, colon);
+  std::string_view port_text = text.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty()) return bad("no address");
+  if (host.size() > 255) return bad("address too long");
+  for (char c : host) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == ':' || c == '-' || c == '%' || c == '_';
+    if (!ok) return bad("invalid character in address");
+  }
+  unsigned port = 0;
+  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || ec != std::errc() || end != port_text.data() + port_text.size() || port > 65535) {
+    return bad("port must be 0-65535");
+  }
+  return ListenAddress{std::string(host), static_cast<uint16_t>(port)};
+}
+
+bool IsValidLogLevel(std::string_view level) {
+  static constexpr std::array<std::string_view, 7> kLevels = {"trace", "debug",    "info", "warn",
+                                                              "error", "critical", "off"};
+  for (auto l : kLevels) {
+    if (l == level) return true;
+  }
+  return false;
+}
+
+std::string HostName() {
+  std::array<char, 256> buf{};
+  if (gethostname(buf.data(), buf.size() - 1) != 0 || buf[0] == '\0') return "localhost";
+  return std::string(buf.data());
+}
+
+Result<AgentOptions> ResolveAgentOptions(const AgentFlags& f) {
+  AgentOptions o;
+  auto listen = ParseListenAddress(f.listen);
+  if (!listen) return MakeErrorF(ErrorCode::kInvalidArgument, "listen: {}", listen.error().message);
+  o.listen_address = listen->host;
+  o.listen_port = listen->port;
+
+  o.token_file = f.token_file;
+  if (f.procfs.empty()) return MakeError(ErrorCode::kInvalidArgument, "procfs: must not be empty");
+  if (f.sysfs.empty()) return MakeError(ErrorCode::kInvalidArgument, "sysfs: must not be empty");
+  o.procfs = f.procfs;
+  o.sysfs = f.sysfs;
+  o.node = f.node.empty() ? HostName() : f.node;
+  o.cluster = f.cluster;
+  if (o.node.size() > 253) return MakeError(ErrorCode::kInvalidArgument, "node: longer than 253 characters");
+  if (o.cluster.size() > 253)
+    return MakeError(ErrorCode::kInvalidArgument, "cluster: longer than 253 characters");
+
+  auto interval = ResolveDuration("interval", f.interval, kMinInterval, kMaxInterval);
+  if (!interval) return std::unexpected(interval.error());
+  o.interval = *interval;
+  auto deadline = ResolveDuration("collect-deadline", f.collect_deadline, kMinInterval, kMaxInterval);
+  if (!deadline) return std::unexpected(deadline.error());
+  o.collect_deadline = *deadline;
+  auto flush = ResolveDuration("flush-interval", f.flush_interval, 100 * kNsPerMs, kMaxInterval);
+  if (!flush) return std::unexpected(flush.error());
+  o.flush_interval = *flush;
+  auto retention = ResolveDuration("retention", f.retention, kNsPerSec, 3650LL * 24 * 3600 * kNsPerSec);
+  if (!retention) return std::unexpected(retention.error());
+  o.retention = *retention;
+
+  o.data_dir = f.data_dir;
+  auto memory = ResolveSize("memory-budget", f.memory_budget, 1 << 20);
+  if (!memory) return std::unexpected(memory.error());
+  o.memory_budget_bytes = *memory;
+  auto disk = ResolveSize("disk-budget", f.disk_budget, 1 << 20);
+  if (!disk) return std::unexpected(disk.error());
+  o.disk_budget_bytes = *disk;
+
+  auto format = agent::ParseLogFormat(f.log_format);
+  if (!format)
+    return MakeErrorF(ErrorCode::kInvalidArgument, "log-format: '{}' is not human or json", f.log_format);
+  o.log_format = *format;
+  if (!IsValidLogLevel(f.log_level)) {
+    return MakeErrorF(ErrorCode::kInvalidArgument,
+                      "log-level: '{}' is not one of trace, debug, info, warn, error, critical, off",
+                      f.log_level);
+  }
+  o.log_level = f.log_level;
+  o.once = f.once;
+  return o;
+}
+
+Result<std::string> ReadTokenFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    int err = errno;
+    return ErrnoError(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo,
+                      fmt::format("token file {}", path), err);
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return ErrnoError(ErrorCode::kIo, fmt::format("token file {}", path), errno);
+  if (!S_ISREG(st.st_mode)) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "token file {} is not a regular file", path);
+  }
+  if ((st.st_mode & S_IROTH) != 0) {
+    return MakeErrorF(ErrorCode::kPermission,
+                      "token file {} is readable by every user (mode {:04o}); run: chmod 600 {}", path,
+                      st.st_mode & 07777, path);
+  }
+  if (st.st_size > static_cast<off_t>(kMaxTokenFileBytes)) {
+    return MakeErrorF(ErrorCode::kResourceExhausted, "token file {} is larger than {} bytes", path,
+                      kMaxTokenFileBytes);
+  }
+  std::string content(kMaxTokenFileBytes + 1, '\0');
+  size_t got = 0;
+  while (got < content.size()) {
+    ssize_t n = read(fd, content.data() + got, content.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError(ErrorCode::kIo, fmt::format("token file {}", path), errno);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got > kMaxTokenFileBytes) {
+    return MakeErrorF(ErrorCode::kResourceExhausted, "token file {} is larger than {} bytes", path,
+                      kMaxTokenFileBytes);
+  }
+  content.resize(got);
+  std::string_view token = Trim(content);
+  if (token.empty()) return MakeErrorF(ErrorCode::kInvalidArgument, "token file {} is empty", path);
+  for (char c : token) {
+    if (!IsTokenChar(c)) {
+      return MakeErrorF(
+          ErrorCode::kInvalidArgument,
+          "token file {} holds a character that cannot be sent in an HTTP header (allowed: letters, "
+          "digits, - . _ ~ + / =)",
+          path);
+    }
+  }
+  return std::string(token);
+}
+
+}  // namespace ithbat::cli

@@ -1,0 +1,101 @@
+#pragma once
+// The options of `ithbat agent`: declared once as CLI11 flags, which are also the keys of the
+// config file (TOML or INI, `--config PATH`): every flag `--some-key` is `some-key = ...` in
+// an `[agent]` section or at the top of the file. A flag given on the command line wins over
+// the file. Documented key by key in docs/configuration.md and packaging/agent.example.toml.
+//
+// Two steps, so that a config file with a bad value is reported the same way as a bad flag:
+// CLI11 fills AgentFlags with text, ResolveAgentOptions checks and converts every value and
+// names the key in its error.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/logging.h"
+#include "core/result.h"
+#include "core/time.h"
+
+namespace CLI {  // NOLINT(readability-identifier-naming): CLI11's namespace
+class App;
+}  // namespace CLI
+
+namespace ithbat::cli {
+
+// The text of each option as given (defaults are the documented defaults).
+struct AgentFlags {
+  std::string listen;  // default "127.0.0.1:<serve::kDefaultPort>"
+  std::string token_file;
+  std::string procfs = "/proc";
+  std::string sysfs = "/sys";
+  std::string node;  // default: the host name
+  std::string cluster;
+  std::string interval = "1s";
+  std::string collect_deadline = "5s";
+  std::string data_dir;
+  std::string retention = "24h";
+  std::string memory_budget = "256MiB";
+  std::string disk_budget = "2GiB";
+  std::string flush_interval = "10s";
+  std::string log_format = "human";
+  std::string log_level = "info";
+  bool once = false;
+
+  AgentFlags();
+};
+
+// Checked, converted options.
+struct AgentOptions {
+  std::string listen_address = "127.0.0.1";
+  uint16_t listen_port = 0;  // 0 = any free port
+  std::string token_file;    // empty = no authentication
+  std::string procfs = "/proc";
+  std::string sysfs = "/sys";  // kept for the collectors that read /sys (GPU, IB) later
+  std::string node;
+  std::string cluster;
+  TimeNs interval = kNsPerSec;
+  TimeNs collect_deadline = 5 * kNsPerSec;
+  std::string data_dir;  // empty = memory only
+  TimeNs retention = 24 * 3600 * kNsPerSec;
+  uint64_t memory_budget_bytes = 256ull << 20;
+  uint64_t disk_budget_bytes = 2ull << 30;
+  TimeNs flush_interval = 10 * kNsPerSec;
+  agent::LogFormat log_format = agent::LogFormat::kHuman;
+  std::string log_level = "info";
+  bool once = false;
+};
+
+// Bounds on values that make no sense outside them (and would spin or overflow).
+inline constexpr TimeNs kMinInterval = 10 * kNsPerMs;
+inline constexpr TimeNs kMaxInterval = 3600 * kNsPerSec;
+
+// Declares the flags on `cmd` (the `agent` subcommand), writing into `flags`, which must
+// outlive the parse.
+void AddAgentFlags(CLI::App& cmd, AgentFlags& flags);
+
+// Checks and converts. Errors: kInvalidArgument with a message that starts with the key
+// ("interval: ..."), so a bad value in a config file is easy to find.
+Result<AgentOptions> ResolveAgentOptions(const AgentFlags& flags);
+
+// "127.0.0.1:9479", "[::1]:9479", "0.0.0.0:0". Errors: kInvalidArgument.
+struct ListenAddress {
+  std::string host;
+  uint16_t port = 0;
+};
+Result<ListenAddress> ParseListenAddress(std::string_view text);
+
+// Reads a bearer token: the first line of the file, surrounding whitespace removed. Refuses a
+// file that other users may read (kPermission, saying how to fix it), a missing or unreadable
+// file (kNotFound / kIo), an empty token or one with characters that cannot go into an HTTP
+// header (kInvalidArgument), and files over 4 KiB (kResourceExhausted).
+Result<std::string> ReadTokenFile(const std::string& path);
+inline constexpr size_t kMaxTokenFileBytes = 4096;
+
+// The names `--log-level` accepts.
+bool IsValidLogLevel(std::string_view level);
+
+// The machine's host name ("localhost" if it cannot be read).
+std::string HostName();
+
+}  // namespace ithbat::cli

@@ -1,0 +1,136 @@
+#include "cli/agent_process.h"
+
+#include <chrono>
+#include <thread>
+
+#include "agent/logging.h"
+#include "agent/store_stats_collector.h"
+#include "collect/host/host_collector.h"
+
+namespace ithbat::cli {
+namespace {
+
+// The collectors every agent runs. A new collector is added here and nowhere else, so the
+// agent, `--once`, the demo and docs/metrics.md always agree.
+Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const AgentOptions& options) {
+  collect::HostOptions host;
+  host.procfs = options.procfs;
+  if (auto s = runtime.Add(collect::HostCollector::Create(std::move(host))); !s) return s;
+  return runtime.Add(std::make_unique<agent::StoreStatsCollector>(store));
+}
+
+}  // namespace
+
+store::StoreOptions MakeStoreOptions(const AgentOptions& options) {
+  store::StoreOptions so;
+  so.retention = options.retention;
+  so.memory_budget_bytes = options.memory_budget_bytes;
+  so.data_dir = options.data_dir;
+  so.disk_budget_bytes = options.disk_budget_bytes;
+  return so;
+}
+
+Result<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentOptions& options, bool serve) {
+  auto log = agent::GetLogger("cli");
+  std::string token;
+  if (serve && !options.token_file.empty()) {
+    auto t = ReadTokenFile(options.token_file);
+    if (!t) return std::unexpected(t.error());
+    token = std::move(*t);
+  }
+
+  std::unique_ptr<AgentProcess> p(new AgentProcess(options));
+  auto store = store::Store::Open(MakeStoreOptions(options));
+  if (!store) {
+    return MakeErrorF(store.error().code, "cannot open the store{}: {}",
+                      options.data_dir.empty() ? "" : " in " + options.data_dir, store.error().message);
+  }
+  p->store_ = std::move(*store);
+  if (!options.data_dir.empty()) {
+    const auto stats = p->store_->Stats();
+    log->info("store opened in {}: {} series, {} bytes on disk", options.data_dir, stats.series,
+              stats.bytes_on_disk);
+  }
+
+  agent::RuntimeOptions ro;
+  ro.interval = options.interval;
+  ro.collect_deadline = options.collect_deadline;
+  ro.maintenance_interval = options.flush_interval;
+  AgentProcess* self = p.get();
+  ro.maintenance = [self](TimeNs now) { self->Maintain(now); };
+  p->runtime_ = std::make_unique<agent::Runtime>(*p->store_, std::move(ro));
+  if (auto s = AddCollectors(*p->runtime_, *p->store_, options); !s) return std::unexpected(s.error());
+  if (auto s = p->runtime_->Start(); !s) return std::unexpected(s.error());
+
+  if (serve) {
+    serve::ServerOptions so;
+    so.bind_address = options.listen_address;
+    so.port = options.listen_port;
+    so.bearer_token = std::move(token);
+    const agent::Runtime* rt = p->runtime_.get();
+    serve::ServerSources sources;
+    sources.collectors = [rt] { return rt->Status(); };
+    sources.metric_descs = [rt] { return rt->DescribeAll(); };
+    auto server = serve::HttpServer::Start(*p->store_, std::move(sources), std::move(so));
+    if (!server) {
+      p->Stop();
+      return MakeErrorF(server.error().code, "cannot serve on {}:{}: {}", options.listen_address,
+                        options.listen_port, server.error().message);
+    }
+    p->server_ = std::move(*server);
+    const bool v6 = options.listen_address.find(':') != std::string::npos;
+    log->info("listening on {}{}{}:{}{}", v6 ? "[" : "", options.listen_address, v6 ? "]" : "",
+              p->server_->port(), options.token_file.empty() ? "" : " (bearer token required)");
+  }
+  return p;
+}
+
+AgentProcess::~AgentProcess() { Stop(); }
+
+void AgentProcess::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (server_) server_->Stop();
+  // The runtime's Stop runs maintenance once more, which flushes what the last ticks wrote.
+  if (runtime_) runtime_->Stop();
+  if (store_ && !options_.data_dir.empty()) {
+    if (auto s = store_->Flush(); !s)
+      agent::GetLogger("cli")->error("final flush failed: {}", s.error().ToString());
+  }
+}
+
+void AgentProcess::Maintain(TimeNs now) {
+  auto log = agent::GetLogger("cli");
+  if (auto s = store_->Flush(); !s) log->warn("flush failed: {}", s.error().ToString());
+  store_->EnforceRetention(now);
+  // The store picks what is worth merging (nothing, most of the time); this runs on the
+  // runtime's maintenance thread, so a long merge never delays collection. A failure leaves
+  // the segments as they were.
+  if (auto s = store_->Compact(); !s) log->warn("compaction failed: {}", s.error().ToString());
+}
+
+bool AgentProcess::WaitForCollects(uint64_t collects, TimeNs timeout) const {
+  const TimeNs until = MonotonicNowNs() + timeout;
+  while (true) {
+    bool all = true;
+    for (const auto& c : runtime_->Status()) {
+      if (c.health.state == agent::CollectorState::kFailed) continue;
+      if (c.health.collects + c.health.timeouts < collects) all = false;
+    }
+    if (all) return true;
+    if (MonotonicNowNs() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+uint16_t AgentProcess::port() const { return server_ ? server_->port() : 0; }
+
+Result<std::vector<std::pair<std::string, std::vector<MetricDesc>>>> DescribeAgentMetrics() {
+  auto store = store::Store::Open(store::StoreOptions{});
+  if (!store) return std::unexpected(store.error());
+  agent::Runtime runtime(**store, agent::RuntimeOptions{});
+  if (auto s = AddCollectors(runtime, **store, AgentOptions{}); !s) return std::unexpected(s.error());
+  return runtime.DescribeByCollector();
+}
+
+}  // namespace ithbat::cli

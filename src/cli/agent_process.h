@@ -1,0 +1,67 @@
+#pragma once
+// One agent assembled in-process: the store (memory, or with history under --data-dir), the
+// runtime with the host and store-statistics collectors, and optionally the HTTP server. The
+// same assembly serves `ithbat agent`, `ithbat agent --once` and `ithbat demo`, so what the
+// demo shows is what a deployed agent does.
+//
+// Lifecycle: Start() opens the store, starts collection, then (serve = true) binds the HTTP
+// server; Stop() undoes it in reverse: stop serving, stop collecting (the runtime's last
+// maintenance flushes), flush once more. The destructor stops. Not thread-safe: one owner.
+//
+// Errors from Start: the store's (e.g. kUnavailable when another agent holds the data
+// directory), the token file's, the server's (kUnavailable when the address is taken).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/runtime.h"
+#include "cli/agent_options.h"
+#include "core/metric.h"
+#include "core/result.h"
+#include "serve/http_server.h"
+#include "store/store.h"
+
+namespace ithbat::cli {
+
+class AgentProcess {
+ public:
+  static Result<std::unique_ptr<AgentProcess>> Start(const AgentOptions& options, bool serve);
+  ~AgentProcess();
+  AgentProcess(const AgentProcess&) = delete;
+  AgentProcess& operator=(const AgentProcess&) = delete;
+
+  // Idempotent.
+  void Stop();
+
+  // Waits until every collector that started has finished at least `collects` collections
+  // (failed collectors are not waited for), at most `timeout`. False on timeout.
+  bool WaitForCollects(uint64_t collects, TimeNs timeout) const;
+
+  // The bound port (0 when not serving).
+  uint16_t port() const;
+  const store::Store& store() const { return *store_; }
+  const agent::Runtime& runtime() const { return *runtime_; }
+  const AgentOptions& options() const { return options_; }
+
+ private:
+  explicit AgentProcess(AgentOptions options) : options_(std::move(options)) {}
+  void Maintain(TimeNs now);
+
+  AgentOptions options_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<agent::Runtime> runtime_;
+  std::unique_ptr<serve::HttpServer> server_;
+  bool stopped_ = false;
+};
+
+// The store options an agent with these options opens its store with.
+store::StoreOptions MakeStoreOptions(const AgentOptions& options);
+
+// Every metric the agent can produce, grouped by the collector that declares it (the runtime's
+// self-metrics first), as RenderMetricsDoc wants it. Builds the collectors without starting
+// anything.
+Result<std::vector<std::pair<std::string, std::vector<MetricDesc>>>> DescribeAgentMetrics();
+
+}  // namespace ithbat::cli

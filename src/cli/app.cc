@@ -1,0 +1,212 @@
+#include "cli/app.h"
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <signal.h>
+
+#include "agent/logging.h"
+#include "agent/runtime.h"
+#include "cli/agent_process.h"
+#include "cli/demo.h"
+#include "cli/version_info.h"
+#include "core/version.h"
+#include "serve/http_server.h"
+
+namespace ithbat::cli {
+namespace {
+
+// Keys at the top of a config file belong to `agent` (the only subcommand with a config so
+// far), so a file for the agent needs no [agent] header; an [agent] section works too.
+class AgentConfigFormat : public CLI::ConfigTOML {
+ public:
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(input);
+    for (auto& item : items) {
+      if (item.parents.empty()) item.parents = {"agent"};
+    }
+    return items;
+  }
+};
+
+struct CliState {
+  AgentFlags agent;
+  int demo_seconds = 5;
+  CLI::App* agent_cmd = nullptr;
+  CLI::App* demo_cmd = nullptr;
+  CLI::App* version_cmd = nullptr;
+  CLI::App* metrics_doc_cmd = nullptr;
+};
+
+void BuildApp(CLI::App& app, CliState& st) {
+  app.name("ithbat");
+  app.description("Ithbat: a GPU node agent that tells busy from working.");
+  app.set_config(
+      "--config", "",
+      "Config file (TOML or INI); its keys are the agent's flag names without the dashes, at the top "
+      "or in an [agent] section. Flags on the command line win.");
+  app.config_formatter(std::make_shared<AgentConfigFormat>());
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.require_subcommand(1);
+
+  st.agent_cmd =
+      app.add_subcommand("agent", "Run the node agent: collect, store, serve /metrics and the JSON API");
+  st.agent_cmd->fallthrough();  // so `ithbat agent --config FILE` reaches the top-level --config
+  AddAgentFlags(*st.agent_cmd, st.agent);
+
+  st.demo_cmd =
+      app.add_subcommand("demo", "Run the agent on this machine for a few seconds and show what it saw");
+  st.demo_cmd->add_option("--seconds", st.demo_seconds, "How long to run")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+
+  st.version_cmd = app.add_subcommand("version", "Print the version and build information");
+  st.metrics_doc_cmd =
+      app.add_subcommand("metrics-doc", "Print docs/metrics.md: every metric the agent can produce");
+}
+
+bool IsConfigError(const CLI::ParseError& e) {
+  return dynamic_cast<const CLI::ConfigError*>(&e) != nullptr ||
+         dynamic_cast<const CLI::FileError*>(&e) != nullptr;
+}
+
+// CLI11 reports an unknown key of any file format as "INI was not able to parse KEY".
+std::string ConfigErrorText(const CLI::ParseError& e) {
+  constexpr std::string_view kUnknown = "INI was not able to parse ";
+  std::string_view what = e.what();
+  if (what.starts_with(kUnknown)) return fmt::format("unknown key '{}'", what.substr(kUnknown.size()));
+  return std::string(what);
+}
+
+// Parses into the state BuildApp bound; returns an exit code when the command line is not to
+// be run (help, usage error). CLI11 prints its own messages; config file errors get a prefix
+// that says where the problem is.
+std::optional<int> Parse(CLI::App& app, int argc, const char* const* argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (IsConfigError(e)) {
+      fmt::print(stderr, "ithbat: config file: {}\n", ConfigErrorText(e));
+      return kExitUsage;
+    }
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  return std::nullopt;
+}
+
+// Blocks SIGINT and SIGTERM in this thread and, because threads inherit the mask, in every
+// thread started after it; the main thread then takes them with sigwait.
+sigset_t BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a scraper that hangs up must not kill the agent
+  return set;
+}
+
+int RunOnce(const AgentOptions& options) {
+  auto process = AgentProcess::Start(options, /*serve=*/false);
+  if (!process) {
+    fmt::print(stderr, "ithbat agent: {}\n", process.error().message);
+    return kExitFailure;
+  }
+  // Two collections: the second tick's self-metrics report how the first collection went.
+  const TimeNs timeout = 3 * options.interval + 2 * options.collect_deadline;
+  const bool complete = (*process)->WaitForCollects(2, timeout);
+  (*process)->Stop();
+  std::string text =
+      serve::RenderPrometheusText((*process)->store(), NowNs() - serve::ServerOptions{}.stale_after);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  if (!complete) {
+    fmt::print(stderr, "ithbat agent: the collectors did not finish two collections within {} ms\n",
+               timeout / kNsPerMs);
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+int RunAgent(const AgentFlags& flags) {
+  auto options = ResolveAgentOptions(flags);
+  if (!options) {
+    fmt::print(stderr, "ithbat agent: {}\n", options.error().message);
+    return kExitUsage;
+  }
+  if (auto s = agent::SetupLogging(options->log_format, options->log_level); !s) {
+    fmt::print(stderr, "ithbat agent: {}\n", s.error().message);
+    return kExitUsage;
+  }
+  if (options->once) return RunOnce(*options);
+
+  const sigset_t stop_signals = BlockStopSignals();
+  auto log = agent::GetLogger("cli");
+  log->info("ithbat {} starting: node {}, cluster '{}', interval {} ms, data dir {}", kVersion, options->node,
+            options->cluster, options->interval / kNsPerMs,
+            options->data_dir.empty() ? "(memory only)" : options->data_dir);
+  auto process = AgentProcess::Start(*options, /*serve=*/true);
+  if (!process) {
+    log->error("{}", process.error().ToString());
+    fmt::print(stderr, "ithbat agent: {}\n", process.error().message);
+    return kExitFailure;
+  }
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  log->info("received {}, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  (*process)->Stop();
+  log->info("stopped");
+  return kExitOk;
+}
+
+int RunMetricsDoc() {
+  auto by_collector = DescribeAgentMetrics();
+  if (!by_collector) {
+    fmt::print(stderr, "ithbat metrics-doc: {}\n", by_collector.error().message);
+    return kExitFailure;
+  }
+  std::string doc = agent::RenderMetricsDoc(*by_collector);
+  std::fwrite(doc.data(), 1, doc.size(), stdout);
+  return std::fflush(stdout) == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+int Main(int argc, const char* const* argv) {
+  CliState st;
+  CLI::App app;
+  BuildApp(app, st);
+  if (auto code = Parse(app, argc, argv)) return *code;
+  if (*st.agent_cmd) return RunAgent(st.agent);
+  if (*st.demo_cmd) return RunDemo(st.demo_seconds);
+  if (*st.version_cmd) {
+    fmt::print("{}", VersionText());
+    return kExitOk;
+  }
+  if (*st.metrics_doc_cmd) return RunMetricsDoc();
+  return kExitUsage;  // unreachable: a subcommand is required
+}
+
+Result<AgentOptions> ParseAgentCommandLine(const std::vector<std::string>& args) {
+  CliState st;
+  CLI::App app;
+  BuildApp(app, st);
+  std::vector<const char*> argv = {"ithbat", "agent"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    if (IsConfigError(e))
+      return MakeErrorF(ErrorCode::kInvalidArgument, "config file: {}", ConfigErrorText(e));
+    return MakeErrorF(ErrorCode::kInvalidArgument, "{}", e.what());
+  }
+  return ResolveAgentOptions(st.agent);
+}
+
+}  // namespace ithbat::cli

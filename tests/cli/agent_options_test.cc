@@ -1,0 +1,260 @@
+#include "cli/agent_options.h"
+
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "cli/app.h"
+#include "serve/http_server.h"
+#include "testutil/testutil.h"
+
+namespace ithbat::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr const char* kEveryKey = R"(# every key the agent reads
+listen = "0.0.0.0:9500"
+token-file = "/etc/ithbat/token"
+procfs = "/host/proc"
+sysfs = "/host/sys"
+node = "gpu-node-17"
+cluster = "prod-a"
+interval = "250ms"
+collect-deadline = "2s"
+data-dir = "/var/lib/ithbat"
+retention = "7d"
+memory-budget = "64MiB"
+disk-budget = "10GB"
+flush-interval = "30s"
+log-format = "json"
+log-level = "debug"
+)";
+
+void ExpectEveryKey(const AgentOptions& o) {
+  EXPECT_EQ(o.listen_address, "0.0.0.0");
+  EXPECT_EQ(o.listen_port, 9500);
+  EXPECT_EQ(o.token_file, "/etc/ithbat/token");
+  EXPECT_EQ(o.procfs, "/host/proc");
+  EXPECT_EQ(o.sysfs, "/host/sys");
+  EXPECT_EQ(o.node, "gpu-node-17");
+  EXPECT_EQ(o.cluster, "prod-a");
+  EXPECT_EQ(o.interval, 250 * kNsPerMs);
+  EXPECT_EQ(o.collect_deadline, 2 * kNsPerSec);
+  EXPECT_EQ(o.data_dir, "/var/lib/ithbat");
+  EXPECT_EQ(o.retention, 7 * 24 * 3600 * kNsPerSec);
+  EXPECT_EQ(o.memory_budget_bytes, 64ull << 20);
+  EXPECT_EQ(o.disk_budget_bytes, 10'000'000'000ull);
+  EXPECT_EQ(o.flush_interval, 30 * kNsPerSec);
+  EXPECT_EQ(o.log_format, agent::LogFormat::kJson);
+  EXPECT_EQ(o.log_level, "debug");
+  EXPECT_FALSE(o.once);
+}
+
+TEST(AgentOptionsTest, DefaultsAreTheDocumentedOnes) {
+  auto o = ParseAgentCommandLine({});
+  ASSERT_TRUE(o) << o.error().ToString();
+  EXPECT_EQ(o->listen_address, "127.0.0.1");
+  EXPECT_EQ(o->listen_port, serve::kDefaultPort);
+  EXPECT_EQ(o->token_file, "");
+  EXPECT_EQ(o->procfs, "/proc");
+  EXPECT_EQ(o->sysfs, "/sys");
+  EXPECT_EQ(o->node, HostName());
+  EXPECT_EQ(o->cluster, "");
+  EXPECT_EQ(o->interval, kNsPerSec);
+  EXPECT_EQ(o->collect_deadline, 5 * kNsPerSec);
+  EXPECT_EQ(o->data_dir, "");
+  EXPECT_EQ(o->retention, 24 * 3600 * kNsPerSec);
+  EXPECT_EQ(o->memory_budget_bytes, 256ull << 20);
+  EXPECT_EQ(o->disk_budget_bytes, 2ull << 30);
+  EXPECT_EQ(o->flush_interval, 10 * kNsPerSec);
+  EXPECT_EQ(o->log_format, agent::LogFormat::kHuman);
+  EXPECT_EQ(o->log_level, "info");
+  EXPECT_FALSE(o->once);
+}
+
+TEST(AgentOptionsTest, ConfigFileWithEveryKeyAtTheTop) {
+  testing::TempDir dir;
+  dir.WriteFile("agent.toml", kEveryKey);
+  auto o = ParseAgentCommandLine({"--config", (dir.path() / "agent.toml").string()});
+  ASSERT_TRUE(o) << o.error().ToString();
+  ExpectEveryKey(*o);
+}
+
+TEST(AgentOptionsTest, ConfigFileWithAnAgentSection) {
+  testing::TempDir dir;
+  dir.WriteFile("agent.toml", std::string("[agent]\n") + kEveryKey);
+  auto o = ParseAgentCommandLine({"--config", (dir.path() / "agent.toml").string()});
+  ASSERT_TRUE(o) << o.error().ToString();
+  ExpectEveryKey(*o);
+}
+
+TEST(AgentOptionsTest, IniSyntaxWorksToo) {
+  testing::TempDir dir;
+  dir.WriteFile("agent.ini", "; INI comment\n[agent]\ninterval=2s\nnode=n1\n");
+  auto o = ParseAgentCommandLine({"--config", (dir.path() / "agent.ini").string()});
+  ASSERT_TRUE(o) << o.error().ToString();
+  EXPECT_EQ(o->interval, 2 * kNsPerSec);
+  EXPECT_EQ(o->node, "n1");
+}
+
+TEST(AgentOptionsTest, ExampleConfigShippedInPackagingParses) {
+  auto o =
+      ParseAgentCommandLine({"--config", (testing::SourceDir() / "packaging/agent.example.toml").string()});
+  ASSERT_TRUE(o) << o.error().ToString();
+  EXPECT_EQ(o->listen_port, serve::kDefaultPort);
+  EXPECT_EQ(o->data_dir, "/var/lib/ithbat");
+}
+
+TEST(AgentOptionsTest, FlagsOverrideTheFile) {
+  testing::TempDir dir;
+  dir.WriteFile("agent.toml", kEveryKey);
+  auto o = ParseAgentCommandLine({"--interval", "5s", "--config", (dir.path() / "agent.toml").string(),
+                                  "--node", "other", "--log-format=human"});
+  ASSERT_TRUE(o) << o.error().ToString();
+  EXPECT_EQ(o->interval, 5 * kNsPerSec);
+  EXPECT_EQ(o->node, "other");
+  EXPECT_EQ(o->log_format, agent::LogFormat::kHuman);
+  EXPECT_EQ(o->cluster, "prod-a");  // from the file
+}
+
+TEST(AgentOptionsTest, BadDurationInTheFileNamesTheKey) {
+  testing::TempDir dir;
+  dir.WriteFile("agent.toml", "flush-interval = \"ten seconds\"\n");
+  auto o = ParseAgentCommandLine({"--config", (dir.path() / "agent.toml").string()});
+  ASSERT_FALSE(o);
+  EXPECT_EQ(o.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_THAT(o.error().message, StartsWith("flush-interval:"));
+  EXPECT_THAT(o.error().message, HasSubstr("ten seconds"));
+}
+
+TEST(AgentOptionsTest, BadSizeNamesTheKey) {
+  auto o = ParseAgentCommandLine({"--memory-budget", "lots"});
+  ASSERT_FALSE(o);
+  EXPECT_THAT(o.error().message, StartsWith("memory-budget:"));
+  auto d = ParseAgentCommandLine({"--disk-budget", "5XB"});
+  ASSERT_FALSE(d);
+  EXPECT_THAT(d.error().message, StartsWith("disk-budget:"));
+}
+
+TEST(AgentOptionsTest, OutOfRangeValuesAreRefused) {
+  auto zero = ParseAgentCommandLine({"--interval", "0s"});
+  ASSERT_FALSE(zero);
+  EXPECT_THAT(zero.error().message, StartsWith("interval:"));
+  auto tiny = ParseAgentCommandLine({"--memory-budget", "1KiB"});
+  ASSERT_FALSE(tiny);
+  EXPECT_THAT(tiny.error().message, StartsWith("memory-budget:"));
+}
+
+TEST(AgentOptionsTest, BadEnumsNameTheKey) {
+  auto f = ParseAgentCommandLine({"--log-format", "xml"});
+  ASSERT_FALSE(f);
+  EXPECT_THAT(f.error().message, StartsWith("log-format:"));
+  auto l = ParseAgentCommandLine({"--log-level", "loud"});
+  ASSERT_FALSE(l);
+  EXPECT_THAT(l.error().message, StartsWith("log-level:"));
+}
+
+TEST(AgentOptionsTest, UnknownKeyInTheFileIsAnError) {
+  testing::TempDir dir;
+  dir.WriteFile("agent.toml", "listen = \"127.0.0.1:1\"\nintervall = \"1s\"\n");
+  auto o = ParseAgentCommandLine({"--config", (dir.path() / "agent.toml").string()});
+  ASSERT_FALSE(o);
+  EXPECT_EQ(o.error().message, "config file: unknown key 'agent.intervall'");
+}
+
+TEST(AgentOptionsTest, MissingConfigFileIsAnError) {
+  auto o = ParseAgentCommandLine({"--config", "/nonexistent/agent.toml"});
+  ASSERT_FALSE(o);
+  EXPECT_THAT(o.error().message, HasSubstr("/nonexistent/agent.toml"));
+}
+
+TEST(AgentOptionsTest, OnceIsAFlagNotAConfigKey) {
+  auto o = ParseAgentCommandLine({"--once"});
+  ASSERT_TRUE(o) << o.error().ToString();
+  EXPECT_TRUE(o->once);
+  testing::TempDir dir;
+  dir.WriteFile("agent.toml", "once = true\n");
+  EXPECT_FALSE(ParseAgentCommandLine({"--config", (dir.path() / "agent.toml").string()}));
+}
+
+TEST(AgentOptionsTest, UnknownFlagIsAnError) { EXPECT_FALSE(ParseAgentCommandLine({"--bogus"})); }
+
+TEST(ListenAddressTest, Forms) {
+  auto v4 = ParseListenAddress("127.0.0.1:9479");
+  ASSERT_TRUE(v4);
+  EXPECT_EQ(v4->host, "127.0.0.1");
+  EXPECT_EQ(v4->port, 9479);
+  auto v6 = ParseListenAddress("[::1]:0");
+  ASSERT_TRUE(v6);
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 0);
+  auto name = ParseListenAddress("localhost:80");
+  ASSERT_TRUE(name);
+  EXPECT_EQ(name->host, "localhost");
+  for (const char* bad : {"", "9479", "127.0.0.1", "127.0.0.1:", ":9479", "127.0.0.1:65536", "127.0.0.1:-1",
+                          "127.0.0.1:80x", "a b:1", "[]:1"}) {
+    EXPECT_FALSE(ParseListenAddress(bad)) << bad;
+  }
+  auto o = ParseAgentCommandLine({"--listen", "nowhere"});
+  ASSERT_FALSE(o);
+  EXPECT_THAT(o.error().message, StartsWith("listen:"));
+}
+
+TEST(TokenFileTest, PrivateFileIsRead) {
+  testing::TempDir dir;
+  dir.WriteFile("token", "  s3cr3t-Token_value+/=  \n");
+  const auto path = (dir.path() / "token").string();
+  ASSERT_EQ(chmod(path.c_str(), 0600), 0);
+  auto t = ReadTokenFile(path);
+  ASSERT_TRUE(t) << t.error().ToString();
+  EXPECT_EQ(*t, "s3cr3t-Token_value+/=");
+  // Group-readable is allowed (a monitoring group may share it); only world-readable is not.
+  ASSERT_EQ(chmod(path.c_str(), 0640), 0);
+  EXPECT_TRUE(ReadTokenFile(path));
+}
+
+TEST(TokenFileTest, WorldReadableFileIsRefusedWithTheFix) {
+  testing::TempDir dir;
+  dir.WriteFile("token", "abc\n");
+  const auto path = (dir.path() / "token").string();
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  auto t = ReadTokenFile(path);
+  ASSERT_FALSE(t);
+  EXPECT_EQ(t.error().code, ErrorCode::kPermission);
+  EXPECT_THAT(t.error().message, HasSubstr("readable by every user"));
+  EXPECT_THAT(t.error().message, HasSubstr("chmod 600 " + path));
+}
+
+TEST(TokenFileTest, BadContentIsRefused) {
+  testing::TempDir dir;
+  auto write = [&](const char* name, std::string_view content) {
+    dir.WriteFile(name, content);
+    const auto path = (dir.path() / name).string();
+    EXPECT_EQ(chmod(path.c_str(), 0600), 0);
+    return path;
+  };
+  auto empty = ReadTokenFile(write("empty", " \n"));
+  ASSERT_FALSE(empty);
+  EXPECT_EQ(empty.error().code, ErrorCode::kInvalidArgument);
+  auto two_lines = ReadTokenFile(write("two", "abc\ndef\n"));
+  ASSERT_FALSE(two_lines);
+  EXPECT_EQ(two_lines.error().code, ErrorCode::kInvalidArgument);
+  auto control = ReadTokenFile(write("ctl", std::string_view("ab\0c", 4)));
+  ASSERT_FALSE(control);
+  auto big = ReadTokenFile(write("big", std::string(kMaxTokenFileBytes + 1, 'a')));
+  ASSERT_FALSE(big);
+  EXPECT_EQ(big.error().code, ErrorCode::kResourceExhausted);
+  auto missing = ReadTokenFile((dir.path() / "missing").string());
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  auto directory = ReadTokenFile(dir.path().string());
+  ASSERT_FALSE(directory);
+}
+
+}  // namespace
+}  // namespace ithbat::cli

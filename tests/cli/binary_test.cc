@@ -1,0 +1,165 @@
+// The built `ithbat` binary, run as a user would: output and exit codes.
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/version.h"
+#include "testutil/testutil.h"
+
+namespace ithbat::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  // stdout only
+  std::string all;  // stdout and stderr together
+};
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string Capture(const std::string& command, int* exit_code) {
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) return "";
+  std::string out;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int status = pclose(p);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+RunResult Ithbat(const std::string& args) {
+  const std::string bin = Quote(testing::IthbatBinary().string());
+  RunResult r;
+  int ignored = 0;
+  r.out = Capture(bin + " " + args + " 2>/dev/null </dev/null", &ignored);
+  r.all = Capture(bin + " " + args + " 2>&1 </dev/null", &r.exit_code);
+  return r;
+}
+
+TEST(IthbatBinaryTest, VersionPrintsVersionAndBuild) {
+  RunResult r = Ithbat("version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, StartsWith(std::string("ithbat ") + kVersion + "\n"));
+  EXPECT_THAT(r.out, HasSubstr("build:"));
+  EXPECT_THAT(r.out, HasSubstr("CLI11 2."));
+}
+
+TEST(IthbatBinaryTest, NoSubcommandIsAUsageError) {
+  RunResult r = Ithbat("");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.all, HasSubstr("subcommand"));
+}
+
+TEST(IthbatBinaryTest, HelpExitsZero) {
+  RunResult r = Ithbat("agent --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--listen"));
+  EXPECT_THAT(r.out, HasSubstr("--token-file"));
+}
+
+TEST(IthbatBinaryTest, UnknownFlagIsAUsageError) {
+  RunResult r = Ithbat("agent --no-such-flag");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.all, HasSubstr("--no-such-flag"));
+}
+
+TEST(IthbatBinaryTest, BadValueIsAUsageErrorNamingTheKey) {
+  RunResult r = Ithbat("agent --once --interval soon");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.all, HasSubstr("interval: invalid duration 'soon'"));
+}
+
+TEST(IthbatBinaryTest, BadConfigFileIsAUsageError) {
+  testing::TempDir dir;
+  dir.WriteFile("agent.toml", "[agent]\nretention = \"forever\"\n");
+  RunResult r = Ithbat("agent --once --config " + Quote((dir.path() / "agent.toml").string()));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.all, HasSubstr("retention:"));
+}
+
+TEST(IthbatBinaryTest, WorldReadableTokenFileIsARuntimeFailure) {
+  testing::TempDir dir;
+  dir.WriteFile("token", "abc\n");
+  const auto token = (dir.path() / "token").string();
+  ASSERT_EQ(chmod(token.c_str(), 0644), 0);
+  RunResult r = Ithbat("agent --listen 127.0.0.1:0 --token-file " + Quote(token));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.all, HasSubstr("readable by every user"));
+}
+
+TEST(IthbatBinaryTest, AddressInUseIsARuntimeFailure) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  RunResult r = Ithbat("agent --listen 127.0.0.1:" + std::to_string(port));
+  close(fd);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.all, HasSubstr("cannot serve on 127.0.0.1:" + std::to_string(port)));
+}
+
+TEST(IthbatBinaryTest, LockedDataDirIsARuntimeFailure) {
+  testing::TempDir dir;
+  const std::string data = Quote((dir.path() / "data").string());
+  const std::string bin = Quote(testing::IthbatBinary().string());
+  // The first agent holds the directory; `echo $$; exec` gives us its pid (the shell becomes it).
+  FILE* first = popen(
+      ("echo $$; exec " + bin + " agent --listen 127.0.0.1:0 --data-dir " + data + " 2>&1").c_str(), "r");
+  ASSERT_NE(first, nullptr);
+  char line[1024];
+  ASSERT_NE(fgets(line, sizeof(line), first), nullptr);
+  const pid_t pid = std::stoi(line);
+  bool listening = false;
+  while (!listening && fgets(line, sizeof(line), first) != nullptr) {
+    listening = std::string_view(line).find("listening on") != std::string_view::npos;
+  }
+  ASSERT_TRUE(listening);
+  RunResult r = Ithbat("agent --listen 127.0.0.1:0 --data-dir " + data);
+  kill(pid, SIGTERM);
+  while (fgets(line, sizeof(line), first) != nullptr) {
+  }
+  pclose(first);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.all, HasSubstr("cannot open the store"));
+}
+
+TEST(IthbatBinaryTest, OnceCollectsAndPrintsMetrics) {
+  RunResult r = Ithbat("agent --once --interval 200ms --log-level warn");
+  EXPECT_EQ(r.exit_code, 0) << r.all;
+  EXPECT_THAT(r.out, HasSubstr("# TYPE ithbat_host_cpu_seconds_total counter"));
+  EXPECT_THAT(r.out, HasSubstr("ithbat_collector_up{collector=\"host\"} 1"));
+}
+
+TEST(IthbatBinaryTest, MetricsDocIsMarkdown) {
+  RunResult r = Ithbat("metrics-doc");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("ithbat_host_memory_total_bytes"));
+  EXPECT_THAT(r.out, HasSubstr("ithbat_collector_up"));
+}
+
+}  // namespace
+}  // namespace ithbat::cli

@@ -1,0 +1,87 @@
+# Shared by the integration scripts (sourced, not run: CTest picks up *.sh only).
+# Each script gets the ithbat binary as $1, works in a fresh temp directory, and kills every
+# process it started when it exits, however it exits.
+set -euo pipefail
+
+ITHBAT=${1:?usage: $0 ITHBAT_BINARY}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ithbat-it-XXXXXX")
+STARTED_PIDS=()
+CURL=(curl --silent --show-error --max-time 5)
+
+cleanup() {
+  local rc=$?
+  local pid
+  for pid in "${STARTED_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${STARTED_PIDS[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+  if [[ $rc -ne 0 ]]; then
+    local f
+    for f in "$WORK"/*.log; do
+      [[ -f $f ]] || continue
+      echo "---- last lines of $(basename "$f")" >&2
+      tail -n 30 "$f" >&2
+    done
+  fi
+  rm -rf "$WORK"
+  exit $rc
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+require() {
+  command -v "$1" >/dev/null 2>&1 || fail "$1 is not installed (scripts/install-deps.sh installs it)"
+}
+
+# wait_until SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.2 s until it succeeds.
+wait_until() {
+  local seconds=$1 what=$2
+  shift 2
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then fail "timed out after ${seconds}s waiting for: $what"; fi
+    sleep 0.2
+  done
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# start_agent NAME ARGS...: starts `ithbat agent` on a free loopback port with stderr in
+# $WORK/NAME.log; sets AGENT_PID and AGENT_URL once it logs "listening on".
+start_agent() {
+  local name=$1
+  shift
+  local log="$WORK/$name.log"
+  "$ITHBAT" agent --listen 127.0.0.1:0 "$@" 2>"$log" &
+  AGENT_PID=$!
+  STARTED_PIDS+=("$AGENT_PID")
+  local deadline=$((SECONDS + 20))
+  local port=""
+  while [[ -z $port ]]; do
+    kill -0 "$AGENT_PID" 2>/dev/null || fail "agent $name exited before it listened"
+    ((SECONDS < deadline)) || fail "agent $name did not log 'listening on' within 20s"
+    port=$(grep -Eo 'listening on 127\.0\.0\.1:[0-9]+' "$log" | head -n 1 | sed 's/.*://' || true)
+    [[ -n $port ]] || sleep 0.1
+  done
+  AGENT_URL="http://127.0.0.1:$port"
+}
+
+# metric_value URL SERIES: the value of one series (name plus labels exactly as exposed) in
+# the Prometheus text at URL/metrics; empty if absent.
+metric_value() {
+  "${CURL[@]}" "$1/metrics" | awk -v s="$2" '$1 == s { print $2; exit }'
+}
+
+# has_metric URL SERIES: succeeds once URL/metrics exposes SERIES (for wait_until: the
+# command substitution must run on every poll, not once when wait_until is called).
+has_metric() {
+  test -n "$(metric_value "$1" "$2")"
+}
