@@ -25,7 +25,8 @@ build: configure
 
 demo: configure
 	@$(STAGE) build cmake --build $(BUILD_DIR) -j $(JOBS) --target ithbat
-	$(ITHBAT) demo
+	@$(STAGE) build cmake --build $(BUILD_DIR) -j $(JOBS) --target ithbat_fake_nvml
+	$(ITHBAT) demo --nvml-library $(CURDIR)/$(BUILD_DIR)/sim/lib/libnvidia-ml.so.1
 
 test: build
 	@bash scripts/run-tests.sh $(BUILD_DIR) $(JOBS)

@@ -66,7 +66,12 @@ void AddAgentFlags(CLI::App& cmd, AgentFlags& f) {
       "File holding a bearer token required on every path but /healthz (must not be world-readable)");
   cmd.add_option("--procfs", f.procfs, "Root of the proc file system to read node statistics from")
       ->capture_default_str();
-  cmd.add_option("--sysfs", f.sysfs, "Root of the sys file system (for the GPU and network collectors)")
+  cmd.add_option("--sysfs", f.sysfs, "Root of the sys file system (InfiniBand ports)")
+      ->capture_default_str();
+  cmd.add_option("--nvml-library", f.nvml_library,
+                 "NVML library to load with dlopen: a soname searched the usual way, or a path")
+      ->capture_default_str();
+  cmd.add_option("--kmsg", f.kmsg, "Kernel log to read Xid lines from: /dev/kmsg or a file to follow (\"\" = off)")
       ->capture_default_str();
   cmd.add_option("--node", f.node, "Node name reported by the agent (default: the host name)");
   cmd.add_option("--cluster", f.cluster, "Cluster name reported by the agent");
@@ -139,6 +144,9 @@ Result<AgentOptions> ResolveAgentOptions(const AgentFlags& f) {
   if (f.sysfs.empty()) return MakeError(ErrorCode::kInvalidArgument, "sysfs: must not be empty");
   o.procfs = f.procfs;
   o.sysfs = f.sysfs;
+  if (f.nvml_library.empty()) return MakeError(ErrorCode::kInvalidArgument, "nvml-library: must not be empty");
+  o.nvml_library = f.nvml_library;
+  o.kmsg = f.kmsg;
   o.node = f.node.empty() ? HostName() : f.node;
   o.cluster = f.cluster;
   if (o.node.size() > 253) return MakeError(ErrorCode::kInvalidArgument, "node: longer than 253 characters");

@@ -29,6 +29,8 @@ struct AgentFlags {
   std::string token_file;
   std::string procfs = "/proc";
   std::string sysfs = "/sys";
+  std::string nvml_library = "libnvidia-ml.so.1";
+  std::string kmsg = "/dev/kmsg";
   std::string node;  // default: the host name
   std::string cluster;
   std::string interval = "1s";
@@ -51,7 +53,9 @@ struct AgentOptions {
   uint16_t listen_port = 0;  // 0 = any free port
   std::string token_file;    // empty = no authentication
   std::string procfs = "/proc";
-  std::string sysfs = "/sys";  // kept for the collectors that read /sys (GPU, IB) later
+  std::string sysfs = "/sys";                         // InfiniBand ports
+  std::string nvml_library = "libnvidia-ml.so.1";     // soname or path; loaded with dlopen
+  std::string kmsg = "/dev/kmsg";                     // kernel log for Xid lines ("" = off)
   std::string node;
   std::string cluster;
   TimeNs interval = kNsPerSec;

@@ -5,7 +5,10 @@
 
 #include "agent/logging.h"
 #include "agent/store_stats_collector.h"
+#include "collect/gpu/gpu_collector.h"
 #include "collect/host/host_collector.h"
+#include "collect/kmsg/kmsg_collector.h"
+#include "collect/node/node_collectors.h"
 
 namespace ithbat::cli {
 namespace {
@@ -16,6 +19,25 @@ Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const A
   collect::HostOptions host;
   host.procfs = options.procfs;
   if (auto s = runtime.Add(collect::HostCollector::Create(std::move(host))); !s) return s;
+  // A node without NVIDIA's library (or without GPUs) still runs every other collector: the
+  // GPU collector's Init fails with kNotFound, the runtime reports it down and goes on.
+  collect::GpuOptions gpu;
+  gpu.library = options.nvml_library;
+  if (auto s = runtime.Add(collect::GpuCollector::Create(std::move(gpu))); !s) return s;
+  if (!options.kmsg.empty()) {
+    collect::KmsgOptions kmsg;
+    kmsg.path = options.kmsg;
+    if (auto s = runtime.Add(collect::KmsgCollector::Create(std::move(kmsg))); !s) return s;
+  }
+  collect::DiskOptions disk;
+  disk.procfs = options.procfs;
+  if (auto s = runtime.Add(collect::DiskCollector::Create(std::move(disk))); !s) return s;
+  collect::NfsOptions nfs;
+  nfs.procfs = options.procfs;
+  if (auto s = runtime.Add(collect::NfsCollector::Create(std::move(nfs))); !s) return s;
+  collect::InfinibandOptions ib;
+  ib.sysfs = options.sysfs;
+  if (auto s = runtime.Add(collect::InfinibandCollector::Create(std::move(ib))); !s) return s;
   return runtime.Add(std::make_unique<agent::StoreStatsCollector>(store));
 }
 

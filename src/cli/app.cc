@@ -37,6 +37,7 @@ class AgentConfigFormat : public CLI::ConfigTOML {
 struct CliState {
   AgentFlags agent;
   int demo_seconds = 5;
+  std::string demo_nvml_library;
   CLI::App* agent_cmd = nullptr;
   CLI::App* demo_cmd = nullptr;
   CLI::App* version_cmd = nullptr;
@@ -64,6 +65,8 @@ void BuildApp(CLI::App& app, CliState& st) {
   st.demo_cmd->add_option("--seconds", st.demo_seconds, "How long to run")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
+  st.demo_cmd->add_option("--nvml-library", st.demo_nvml_library,
+                          "NVML library to load (make demo passes the fake one from build/sim/lib)");
 
   st.version_cmd = app.add_subcommand("version", "Print the version and build information");
   st.metrics_doc_cmd =
@@ -184,7 +187,7 @@ int Main(int argc, const char* const* argv) {
   BuildApp(app, st);
   if (auto code = Parse(app, argc, argv)) return *code;
   if (*st.agent_cmd) return RunAgent(st.agent);
-  if (*st.demo_cmd) return RunDemo(st.demo_seconds);
+  if (*st.demo_cmd) return RunDemo(st.demo_seconds, st.demo_nvml_library);
   if (*st.version_cmd) {
     fmt::print("{}", VersionText());
     return kExitOk;

@@ -76,7 +76,7 @@ std::optional<double> CpuBusyPercent(const store::Store& store, TimeNs from, Tim
   return 100.0 * (total - idle) / total;
 }
 
-int RunDemo(int seconds) {
+int RunDemo(int seconds, const std::string& nvml_library) {
   // The demo's own output is the point; the agent's log lines would only bury it.
   (void)agent::SetupLogging(agent::LogFormat::kHuman, "warn");
   sigset_t set;
@@ -90,6 +90,7 @@ int RunDemo(int seconds) {
   options.listen_address = "127.0.0.1";
   options.listen_port = 0;
   options.node = HostName();
+  if (!nvml_library.empty()) options.nvml_library = nvml_library;
 
   fmt::print("Ithbat demo: running the agent on this machine ({}) for {} s, reading {} ...\n", options.node,
              seconds, options.procfs);
@@ -147,6 +148,16 @@ int RunDemo(int seconds) {
              psi.empty() ? "not available (kernel without PSI)" : psi + " stalled");
   if (auto load = LatestValue(agent.store(), "ithbat_host_load1", start, now)) {
     fmt::print("  load (1 min)          {:.2f}\n", *load);
+  }
+
+  auto gpus = agent.store().ListSeries(*store::SeriesSelector::Parse("ithbat_gpu_info"));
+  auto gpu_series = agent.store().ListSeries(*store::SeriesSelector::Parse("{__name__=~\"ithbat_gpu_.*\"}"));
+  if (gpus.empty()) {
+    fmt::print("  GPUs                  none seen (no NVML library: {})\n", options.nvml_library);
+  } else {
+    auto model = gpus.front().labels.Get("model");
+    fmt::print("  GPUs                  {} x {} through {} ({} GPU series)\n", gpus.size(),
+               model ? std::string(*model) : "unknown model", options.nvml_library, gpu_series.size());
   }
 
   fmt::print("\nCollectors:\n");

@@ -13,7 +13,9 @@ namespace ithbat::cli {
 
 // Returns the process exit code (0 ok, 1 when the agent could not start or /metrics could
 // not be fetched).
-int RunDemo(int seconds);
+// nvml_library: the NVML to load (the Makefile passes the fake from build/sim/lib on a
+// machine without GPUs; empty = the default soname).
+int RunDemo(int seconds, const std::string& nvml_library);
 
 // Share of CPU time spent outside idle and iowait between the first and last samples of
 // ithbat_host_cpu_seconds_total in [from, to], in percent; nullopt without two samples.

@@ -22,6 +22,8 @@ listen = "0.0.0.0:9500"
 token-file = "/etc/ithbat/token"
 procfs = "/host/proc"
 sysfs = "/host/sys"
+nvml-library = "/opt/nvidia/lib/libnvidia-ml.so.1"
+kmsg = "/var/log/kern.log"
 node = "gpu-node-17"
 cluster = "prod-a"
 interval = "250ms"
@@ -41,6 +43,8 @@ void ExpectEveryKey(const AgentOptions& o) {
   EXPECT_EQ(o.token_file, "/etc/ithbat/token");
   EXPECT_EQ(o.procfs, "/host/proc");
   EXPECT_EQ(o.sysfs, "/host/sys");
+  EXPECT_EQ(o.nvml_library, "/opt/nvidia/lib/libnvidia-ml.so.1");
+  EXPECT_EQ(o.kmsg, "/var/log/kern.log");
   EXPECT_EQ(o.node, "gpu-node-17");
   EXPECT_EQ(o.cluster, "prod-a");
   EXPECT_EQ(o.interval, 250 * kNsPerMs);
@@ -63,6 +67,8 @@ TEST(AgentOptionsTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(o->token_file, "");
   EXPECT_EQ(o->procfs, "/proc");
   EXPECT_EQ(o->sysfs, "/sys");
+  EXPECT_EQ(o->nvml_library, "libnvidia-ml.so.1");
+  EXPECT_EQ(o->kmsg, "/dev/kmsg");
   EXPECT_EQ(o->node, HostName());
   EXPECT_EQ(o->cluster, "");
   EXPECT_EQ(o->interval, kNsPerSec);
