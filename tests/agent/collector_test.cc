@@ -9,23 +9,13 @@
 #include <spdlog/sinks/ostream_sink.h>
 
 #include "agent/logging.h"
+#include "testutil/fake_sink.h"
 
 namespace ithbat::agent {
 namespace {
 
+using ::ithbat::testing::FakeSink;
 using ::testing::HasSubstr;
-
-// Accepts everything; these tests look at the collector's front only.
-class NullSink final : public Sink {
- public:
-  Result<SeriesRef> RegisterSeries(const MetricDesc&, const LabelSet&) override { return next_++; }
-  Status Append(SeriesRef, TimeNs, double) override { return Ok(); }
-  Status AppendEvent(Event) override { return Ok(); }
-  Status RecordStep(std::string_view, int32_t, StepSpan) override { return Ok(); }
-
- private:
-  SeriesRef next_ = 0;
-};
 
 // A collector whose every step is scripted by the test.
 class ScriptedCollector final : public Collector {
@@ -63,7 +53,7 @@ class ScriptedCollector final : public Collector {
 };
 
 TEST(CollectorTest, LifecycleOrderIsEnforced) {
-  NullSink sink;
+  FakeSink sink;
   ScriptedCollector c;
   EXPECT_EQ(c.Health().state, CollectorState::kCreated);
 
@@ -103,7 +93,7 @@ TEST(CollectorTest, LifecycleOrderIsEnforced) {
 }
 
 TEST(CollectorTest, InitOrStartFailureFails) {
-  NullSink sink;
+  FakeSink sink;
   ScriptedCollector a;
   a.fail_init = true;
   auto s = a.Init(sink);
@@ -126,7 +116,7 @@ TEST(CollectorTest, InitOrStartFailureFails) {
 }
 
 TEST(CollectorTest, FailedCollectMarksDownUntilASuccess) {
-  NullSink sink;
+  FakeSink sink;
   ScriptedCollector c;
   ASSERT_TRUE(c.Init(sink));
   ASSERT_TRUE(c.Start());
@@ -157,7 +147,7 @@ TEST(CollectorTest, FailedCollectMarksDownUntilASuccess) {
 }
 
 TEST(CollectorTest, ReportErrorCountsButStaysUp) {
-  NullSink sink;
+  FakeSink sink;
   ScriptedCollector c;
   ASSERT_TRUE(c.Init(sink));
   ASSERT_TRUE(c.Start());
@@ -175,7 +165,7 @@ TEST(CollectorTest, ReportErrorCountsButStaysUp) {
 }
 
 TEST(CollectorTest, ReportErrorLogIsRateLimited) {
-  NullSink sink;
+  FakeSink sink;
   ScriptedCollector c("rate_limited_source");
   std::ostringstream out;
   auto capture = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
@@ -199,7 +189,7 @@ TEST(CollectorTest, ReportErrorLogIsRateLimited) {
 }
 
 TEST(CollectorTest, MarkTimedOutThenRecovery) {
-  NullSink sink;
+  FakeSink sink;
   ScriptedCollector c;
   ASSERT_TRUE(c.Init(sink));
   ASSERT_TRUE(c.Start());
@@ -218,7 +208,7 @@ TEST(CollectorTest, MarkTimedOutThenRecovery) {
 }
 
 TEST(CollectorTest, ExceptionBecomesInternalError) {
-  NullSink sink;
+  FakeSink sink;
   ScriptedCollector c;
   ASSERT_TRUE(c.Init(sink));
   ASSERT_TRUE(c.Start());

@@ -14,92 +14,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "testutil/fake_sink.h"
+
 namespace ithbat::agent {
 namespace {
 
+using ::ithbat::testing::FakeSink;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// Records what reaches the sink and enforces what the real store does (time order per series),
-// plus the runtime's promise of one writer thread per series.
-class FakeSink final : public Sink {
- public:
-  struct Series {
-    MetricDesc desc;
-    LabelSet labels;
-    std::vector<std::pair<TimeNs, double>> samples;
-    std::thread::id writer;
-    bool many_writers = false;
-  };
-
-  Result<SeriesRef> RegisterSeries(const MetricDesc& desc, const LabelSet& labels) override {
-    if (auto s = ValidateMetricDesc(desc); !s) return std::unexpected(s.error());
-    std::lock_guard lock(mu_);
-    for (size_t i = 0; i < series_.size(); ++i) {
-      if (series_[i].desc.name == desc.name && series_[i].labels == labels) return static_cast<SeriesRef>(i);
-    }
-    series_.push_back({desc, labels, {}, {}, false});
-    return static_cast<SeriesRef>(series_.size() - 1);
-  }
-
-  Status Append(SeriesRef ref, TimeNs t, double value) override {
-    std::lock_guard lock(mu_);
-    if (ref >= series_.size()) return MakeError(ErrorCode::kNotFound, "unknown ref");
-    Series& s = series_[ref];
-    if (s.samples.empty()) {
-      s.writer = std::this_thread::get_id();
-    } else if (s.writer != std::this_thread::get_id()) {
-      s.many_writers = true;
-    }
-    if (!s.samples.empty() && t <= s.samples.back().first) {
-      out_of_order_++;
-      return MakeError(ErrorCode::kOutOfOrder, "old sample");
-    }
-    s.samples.emplace_back(t, value);
-    appends_++;
-    return Ok();
-  }
-
-  Status AppendEvent(Event event) override {
-    std::lock_guard lock(mu_);
-    events_.push_back(std::move(event));
-    return Ok();
-  }
-
-  Status RecordStep(std::string_view, int32_t, StepSpan) override { return Ok(); }
-
-  // A copy of the series (name, collector label), or nullopt.
-  std::optional<Series> Find(std::string_view name, std::string_view collector) const {
-    std::lock_guard lock(mu_);
-    for (const auto& s : series_) {
-      if (s.desc.name == name && s.labels.Get("collector") == collector) return s;
-    }
-    return std::nullopt;
-  }
-  std::vector<Series> AllSeries() const {
-    std::lock_guard lock(mu_);
-    return series_;
-  }
-  std::vector<Event> Events() const {
-    std::lock_guard lock(mu_);
-    return events_;
-  }
-  uint64_t appends() const {
-    std::lock_guard lock(mu_);
-    return appends_;
-  }
-  uint64_t out_of_order() const {
-    std::lock_guard lock(mu_);
-    return out_of_order_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<Series> series_;
-  std::vector<Event> events_;
-  uint64_t appends_ = 0;
-  uint64_t out_of_order_ = 0;
-};
 
 // Polls until pred holds. The limit only keeps a broken build from hanging; passing tests
 // never get near it, and no assertion depends on how fast anything ran.
@@ -234,11 +156,11 @@ TEST(RuntimeTest, TicksAreAlignedToTheInterval) {
     }
   }
   // Self-metrics carry the tick times too.
-  auto up = sink.Find("ithbat_collector_up", "b");
+  auto up = sink.FindWith("ithbat_collector_up", {{"collector", "b"}});
   ASSERT_TRUE(up);
   ASSERT_FALSE(up->samples.empty());
   for (auto [t, v] : up->samples) EXPECT_EQ(t % (50 * kNsPerMs), 0);
-  EXPECT_EQ(sink.out_of_order(), 0u);
+  EXPECT_EQ(sink.appends_not_newer(), 0u);
 
   const auto status = rt.Status();
   ASSERT_EQ(status.size(), 2u);
@@ -255,7 +177,7 @@ TEST(RuntimeTest, SelfMetricsHaveTheirLabelsAndOneWriter) {
   ASSERT_TRUE(rt.Add(std::make_unique<TestCollector>("gpu", probe)));
   ASSERT_TRUE(rt.Start());
   ASSERT_TRUE(WaitFor([&] {
-    auto d = sink.Find("ithbat_collector_up", "gpu");
+    auto d = sink.FindWith("ithbat_collector_up", {{"collector", "gpu"}});
     return d && d->samples.size() >= 3 && d->samples.back().second == 1.0;
   }));
   rt.Stop();
@@ -265,7 +187,7 @@ TEST(RuntimeTest, SelfMetricsHaveTheirLabelsAndOneWriter) {
     EXPECT_TRUE(ValidateMetricDesc(d)) << d.name;
     EXPECT_THAT(d.label_names, ElementsAre("collector"));
     names.push_back(d.name);
-    auto series = sink.Find(d.name, "gpu");
+    auto series = sink.FindWith(d.name, {{"collector", "gpu"}});
     ASSERT_TRUE(series) << d.name;
     EXPECT_EQ(series->labels.ToString(), "{collector=\"gpu\"}");
     EXPECT_FALSE(series->samples.empty()) << d.name;
@@ -274,14 +196,16 @@ TEST(RuntimeTest, SelfMetricsHaveTheirLabelsAndOneWriter) {
                                                      "ithbat_collector_timeouts_total",
                                                      "ithbat_collector_last_collect_duration_seconds",
                                                      "ithbat_collector_degraded"));
-  auto duration = sink.Find("ithbat_collector_last_collect_duration_seconds", "gpu");
+  auto duration = sink.FindWith("ithbat_collector_last_collect_duration_seconds", {{"collector", "gpu"}});
   EXPECT_EQ(duration->desc.unit, "seconds");
   EXPECT_EQ(duration->desc.type, MetricType::kGauge);
-  EXPECT_EQ(sink.Find("ithbat_collector_errors_total", "gpu")->desc.type, MetricType::kCounter);
-  EXPECT_EQ(sink.Find("ithbat_collector_errors_total", "gpu")->samples.back().second, 0.0);
+  EXPECT_EQ(sink.FindWith("ithbat_collector_errors_total", {{"collector", "gpu"}})->desc.type,
+            MetricType::kCounter);
+  EXPECT_EQ(sink.FindWith("ithbat_collector_errors_total", {{"collector", "gpu"}})->samples.back().second,
+            0.0);
 
-  for (const auto& s : sink.AllSeries()) EXPECT_FALSE(s.many_writers) << s.desc.name;
-  EXPECT_EQ(sink.out_of_order(), 0u);
+  for (const auto& s : sink.series()) EXPECT_FALSE(s.many_writers) << s.desc.name;
+  EXPECT_EQ(sink.appends_not_newer(), 0u);
 }
 
 TEST(RuntimeTest, FailingCollectorGoesDownAndRecovers) {
@@ -299,16 +223,16 @@ TEST(RuntimeTest, FailingCollectorGoesDownAndRecovers) {
   EXPECT_TRUE(h.last_error.empty());
   // The self-metrics saw both states, ending up.
   ASSERT_TRUE(WaitFor([&] {
-    auto up = sink.Find("ithbat_collector_up", "flaky");
+    auto up = sink.FindWith("ithbat_collector_up", {{"collector", "flaky"}});
     return up && !up->samples.empty() && up->samples.back().second == 1.0;
   }));
   rt.Stop();
 
-  auto up = sink.Find("ithbat_collector_up", "flaky");
+  auto up = sink.FindWith("ithbat_collector_up", {{"collector", "flaky"}});
   EXPECT_TRUE(std::any_of(up->samples.begin(), up->samples.end(), [](auto s) { return s.second == 0.0; }));
-  auto errors = sink.Find("ithbat_collector_errors_total", "flaky");
+  auto errors = sink.FindWith("ithbat_collector_errors_total", {{"collector", "flaky"}});
   EXPECT_EQ(errors->samples.back().second, 3.0);
-  const auto events = sink.Events();
+  const auto events = sink.events();
   EXPECT_TRUE(std::any_of(events.begin(), events.end(), [](const Event& e) {
     return e.kind == EventKind::kCollectorState && e.name == "flaky" && e.text == "up";
   }));
@@ -335,7 +259,7 @@ TEST(RuntimeTest, WatchdogMarksHungCollectorWhileOthersGoOn) {
   ASSERT_TRUE(WaitFor([&] { return healthy->count() >= before + 10; }));
   EXPECT_EQ(hung->count(), 2u);
   ASSERT_TRUE(WaitFor([&] {
-    auto t = sink.Find("ithbat_collector_timeouts_total", "hung");
+    auto t = sink.FindWith("ithbat_collector_timeouts_total", {{"collector", "hung"}});
     return t && !t->samples.empty() && t->samples.back().second == 1.0;
   }));
 
@@ -345,11 +269,11 @@ TEST(RuntimeTest, WatchdogMarksHungCollectorWhileOthersGoOn) {
   EXPECT_EQ(rt.Status()[0].health.timeouts, 1u);
   rt.Stop();
 
-  const auto events = sink.Events();
+  const auto events = sink.events();
   EXPECT_TRUE(std::any_of(events.begin(), events.end(), [](const Event& e) {
     return e.kind == EventKind::kCollectorState && e.name == "hung" && e.text.starts_with("timed out");
   }));
-  for (const auto& s : sink.AllSeries()) EXPECT_FALSE(s.many_writers) << s.desc.name;
+  for (const auto& s : sink.series()) EXPECT_FALSE(s.many_writers) << s.desc.name;
 }
 
 TEST(RuntimeTest, StopReturnsWithACollectorHungForever) {
@@ -415,15 +339,15 @@ TEST(RuntimeTest, ACollectorThatFailsToInitStaysDownOthersRun) {
   ASSERT_TRUE(rt.Add(std::make_unique<TestCollector>("fine", fine)));
   ASSERT_TRUE(rt.Start());
   ASSERT_TRUE(WaitFor([&] {
-    auto up = sink.Find("ithbat_collector_up", "broken");
+    auto up = sink.FindWith("ithbat_collector_up", {{"collector", "broken"}});
     return fine->count() >= 3 && up && !up->samples.empty();
   }));
   rt.Stop();
   EXPECT_EQ(broken->count(), 0u);
   EXPECT_EQ(rt.Status()[0].health.state, CollectorState::kFailed);
   EXPECT_THAT(rt.Status()[0].health.last_error, HasSubstr("device missing"));
-  EXPECT_EQ(sink.Find("ithbat_collector_up", "broken")->samples.back().second, 0.0);
-  const auto events = sink.Events();
+  EXPECT_EQ(sink.FindWith("ithbat_collector_up", {{"collector", "broken"}})->samples.back().second, 0.0);
+  const auto events = sink.events();
   EXPECT_TRUE(std::any_of(events.begin(), events.end(), [](const Event& e) {
     return e.kind == EventKind::kCollectorState && e.name == "broken" &&
            e.text.find("device missing") != std::string::npos;

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -23,6 +22,7 @@
 #include "collect/gpu/gpu_collector.h"
 #include "core/metric.h"
 #include "fake_state/fake_state_api.h"
+#include "testutil/fake_sink.h"
 #include "testutil/testutil.h"
 
 // tests/CMakeLists.txt links ithbat_fake_state into the collect tests, which defines
@@ -32,96 +32,9 @@
 namespace ithbat::collect {
 namespace {
 
+using ::ithbat::testing::FakeSink;
 using ::ithbat::testing::TempDir;
 using ::testing::HasSubstr;
-
-// Records everything; thread-safe because events arrive from the collector's event thread.
-class FakeSink : public Sink {
- public:
-  struct Series {
-    MetricDesc desc;
-    LabelSet labels;
-    std::vector<std::pair<TimeNs, double>> samples;
-  };
-
-  Result<SeriesRef> RegisterSeries(const MetricDesc& desc, const LabelSet& labels) override {
-    std::lock_guard lk(mu_);
-    if (Status s = ValidateMetricDesc(desc); !s) return std::unexpected(s.error());
-    for (size_t i = 0; i < series_.size(); i++) {
-      const MetricDesc& d = series_[i].desc;
-      if (d.name != desc.name) continue;
-      if (d.help != desc.help || d.unit != desc.unit || d.type != desc.type) {
-        return MakeErrorF(ErrorCode::kInvalidArgument, "desc of {} conflicts", desc.name);
-      }
-      if (series_[i].labels == labels) return static_cast<SeriesRef>(i);
-    }
-    series_.push_back(Series{desc, labels, {}});
-    return static_cast<SeriesRef>(series_.size() - 1);
-  }
-
-  Status Append(SeriesRef ref, TimeNs t, double value) override {
-    std::lock_guard lk(mu_);
-    if (ref >= series_.size()) return MakeError(ErrorCode::kNotFound, "unknown ref");
-    auto& s = series_[ref].samples;
-    if (!s.empty() && t < s.back().first) return MakeError(ErrorCode::kOutOfOrder, "older than newest");
-    if (!s.empty() && t == s.back().first) {
-      if (value == s.back().second) return Ok();
-      return MakeError(ErrorCode::kDuplicate, "same time, other value");
-    }
-    s.emplace_back(t, value);
-    return Ok();
-  }
-
-  Status AppendEvent(Event e) override {
-    std::lock_guard lk(mu_);
-    events_.push_back(std::move(e));
-    return Ok();
-  }
-  Status RecordStep(std::string_view, int32_t, StepSpan) override { return Ok(); }
-
-  std::vector<Series> series() const {
-    std::lock_guard lk(mu_);
-    return series_;
-  }
-  std::vector<Event> events() const {
-    std::lock_guard lk(mu_);
-    return events_;
-  }
-  // The series (name, labels as "{a="x",...}"), or nullopt.
-  std::optional<Series> Find(std::string_view name, std::string_view labels) const {
-    std::lock_guard lk(mu_);
-    for (const auto& s : series_) {
-      if (s.desc.name == name && s.labels.ToString() == labels) return s;
-    }
-    return std::nullopt;
-  }
-  // The value at t of the series whose labels include every given pair, or nullopt.
-  std::optional<double> ValueAt(std::string_view name, const std::map<std::string, std::string>& want,
-                                TimeNs t) const {
-    std::lock_guard lk(mu_);
-    for (const auto& s : series_) {
-      if (s.desc.name != name) continue;
-      bool match = true;
-      for (const auto& [k, v] : want) match = match && s.labels.Get(k) == std::optional<std::string_view>(v);
-      if (!match) continue;
-      for (const auto& [st, sv] : s.samples) {
-        if (st == t) return sv;
-      }
-    }
-    return std::nullopt;
-  }
-  size_t CountWithSamples(std::string_view name_prefix = "") const {
-    std::lock_guard lk(mu_);
-    return std::count_if(series_.begin(), series_.end(), [&](const Series& s) {
-      return !s.samples.empty() && s.desc.name.starts_with(name_prefix);
-    });
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<Series> series_;
-  std::vector<Event> events_;
-};
 
 constexpr TimeNs kT0 = 1'700'000'000 * kNsPerSec;
 

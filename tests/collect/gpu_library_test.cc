@@ -11,6 +11,7 @@
 #include "collect/gpu/gpu_metrics.h"
 #include "collect/gpu/nvml_library.h"
 #include "core/metric.h"
+#include "testutil/fake_sink.h"
 
 namespace ithbat::collect {
 namespace {
@@ -43,13 +44,7 @@ TEST(GpuCollectorTest, InitWithoutNvmlFailsCleanly) {
   GpuOptions o;
   o.library = "/nonexistent/libnvidia-ml.so.1";
   auto c = GpuCollector::Create(o);
-  class NullSink : public Sink {
-   public:
-    Result<SeriesRef> RegisterSeries(const MetricDesc&, const LabelSet&) override { return 0; }
-    Status Append(SeriesRef, TimeNs, double) override { return Ok(); }
-    Status AppendEvent(Event) override { return Ok(); }
-    Status RecordStep(std::string_view, int32_t, StepSpan) override { return Ok(); }
-  } sink;
+  ::ithbat::testing::FakeSink sink;
   Status s = c->Init(sink);
   ASSERT_FALSE(s);
   EXPECT_EQ(s.error().code, ErrorCode::kNotFound);

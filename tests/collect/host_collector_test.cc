@@ -18,84 +18,17 @@
 
 #include "agent/logging.h"
 #include "core/metric.h"
+#include "testutil/fake_sink.h"
 #include "testutil/testutil.h"
 
 namespace ithbat::collect {
 namespace {
 
 namespace fs = std::filesystem;
+using ::ithbat::testing::FakeSink;
 using ::ithbat::testing::SourceDir;
 using ::ithbat::testing::TempDir;
 using ::testing::HasSubstr;
-
-// A Sink that keeps everything and enforces the store's contract where it matters here:
-// descs are validated and must agree per name, appends are in order per series.
-class FakeSink : public Sink {
- public:
-  struct Series {
-    MetricDesc desc;
-    LabelSet labels;
-    std::vector<std::pair<TimeNs, double>> samples;
-  };
-
-  Result<SeriesRef> RegisterSeries(const MetricDesc& desc, const LabelSet& labels) override {
-    registrations++;
-    if (desc.name == refuse_name) return MakeError(ErrorCode::kResourceExhausted, "refused by the test");
-    if (Status s = ValidateMetricDesc(desc); !s) return std::unexpected(s.error());
-    for (size_t i = 0; i < series.size(); i++) {
-      const MetricDesc& d = series[i].desc;
-      if (d.name != desc.name) continue;
-      if (d.help != desc.help || d.unit != desc.unit || d.type != desc.type) {
-        return MakeErrorF(ErrorCode::kInvalidArgument, "desc of {} conflicts", desc.name);
-      }
-      if (series[i].labels == labels) return static_cast<SeriesRef>(i);
-    }
-    series.push_back(Series{desc, labels, {}});
-    return static_cast<SeriesRef>(series.size() - 1);
-  }
-
-  Status Append(SeriesRef ref, TimeNs t, double value) override {
-    if (ref >= series.size()) return MakeError(ErrorCode::kNotFound, "unknown ref");
-    auto& s = series[ref].samples;
-    if (!s.empty() && t < s.back().first) return MakeError(ErrorCode::kOutOfOrder, "older than newest");
-    if (!s.empty() && t == s.back().first) {
-      if (value == s.back().second) return Ok();
-      return MakeError(ErrorCode::kDuplicate, "same time, other value");
-    }
-    s.emplace_back(t, value);
-    return Ok();
-  }
-
-  Status AppendEvent(Event) override {
-    events++;
-    return Ok();
-  }
-  Status RecordStep(std::string_view, int32_t, StepSpan) override { return Ok(); }
-
-  const Series* Find(std::string_view name, std::string_view labels = "") const {
-    for (const auto& s : series) {
-      if (s.desc.name == name && s.labels.ToString() == labels) return &s;
-    }
-    return nullptr;
-  }
-  // The newest value of a series, if it has one.
-  std::optional<double> Last(std::string_view name, std::string_view labels = "") const {
-    const Series* s = Find(name, labels);
-    if (s == nullptr || s->samples.empty()) return std::nullopt;
-    return s->samples.back().second;
-  }
-  bool HasPrefix(std::string_view prefix) const {
-    for (const auto& s : series) {
-      if (s.desc.name.starts_with(prefix)) return true;
-    }
-    return false;
-  }
-
-  std::vector<Series> series;
-  size_t registrations = 0;
-  size_t events = 0;
-  std::string refuse_name;
-};
 
 // Captures what the "host" logger writes (ReportError goes there: it is where a partial
 // failure names its file, since health keeps only counts for those).
@@ -144,7 +77,7 @@ std::set<std::string> DescribedNames(const HostCollector& c) {
 // Every series the collector registered was Describe()d, with the same desc.
 void ExpectOnlyDescribed(const HostCollector& c, const FakeSink& sink) {
   const auto descs = c.Describe();
-  for (const auto& s : sink.series) {
+  for (const auto& s : sink.series()) {
     auto it = std::find_if(descs.begin(), descs.end(), [&](const MetricDesc& d) { return d.name == s.desc.name; });
     ASSERT_NE(it, descs.end()) << s.desc.name << " was not described";
     EXPECT_EQ(it->help, s.desc.help);
@@ -237,15 +170,15 @@ TEST(HostCollectorTest, NormalTreeGivesEverySeriesInBaseUnits) {
   EXPECT_EQ(sink.Last("ithbat_host_major_page_faults_total"), 770.0);
 
   // 8 cpu modes + 5 stat + 9 memory + 12 pressure + 3 load + 1 vmstat, each once, at kT0.
-  EXPECT_EQ(sink.series.size(), 38u);
-  for (const auto& s : sink.series) {
+  EXPECT_EQ(sink.series_count(), 38u);
+  for (const auto& s : sink.series()) {
     ASSERT_EQ(s.samples.size(), 1u) << s.desc.name;
     EXPECT_EQ(s.samples[0].first, kT0);
   }
   ExpectOnlyDescribed(*c, sink);
   // Every described metric is produced from a complete tree.
   std::set<std::string> produced;
-  for (const auto& s : sink.series) produced.insert(s.desc.name);
+  for (const auto& s : sink.series()) produced.insert(s.desc.name);
   EXPECT_EQ(produced, DescribedNames(*c));
 }
 
@@ -253,12 +186,12 @@ TEST(HostCollectorTest, LaterTicksAppendWithoutRegisteringAgain) {
   FakeSink sink;
   auto c = Started(Fixture("normal"), sink);
   ASSERT_TRUE(c->Collect(kT0));
-  const size_t registrations = sink.registrations;
+  const size_t registrations = sink.registrations();
   ASSERT_TRUE(c->Collect(kT0 + kNsPerSec));
   ASSERT_TRUE(c->Collect(kT0 + 2 * kNsPerSec));
-  EXPECT_EQ(sink.registrations, registrations);
-  EXPECT_EQ(sink.series.size(), 38u);
-  for (const auto& s : sink.series) EXPECT_EQ(s.samples.size(), 3u) << s.desc.name;
+  EXPECT_EQ(sink.registrations(), registrations);
+  EXPECT_EQ(sink.series_count(), 38u);
+  for (const auto& s : sink.series()) EXPECT_EQ(s.samples.size(), 3u) << s.desc.name;
   EXPECT_EQ(c->Health().collects, 3u);
   EXPECT_EQ(c->Health().errors, 0u);
 }
@@ -279,7 +212,7 @@ TEST(HostCollectorTest, NoPsiIsDegradedNotAnErrorStorm) {
   EXPECT_EQ(h.errors, 0u);
   EXPECT_THAT(h.degraded, HasSubstr("no PSI"));
   EXPECT_THAT(h.degraded, HasSubstr("pressure"));
-  EXPECT_FALSE(sink.HasPrefix("ithbat_host_pressure_"));
+  EXPECT_EQ(sink.CountByPrefix("ithbat_host_pressure_"), 0u);
   EXPECT_TRUE(sink.Last("ithbat_host_load1").has_value());
   EXPECT_TRUE(sink.Last("ithbat_host_memory_total_bytes").has_value());
   ExpectOnlyDescribed(*c, sink);
@@ -310,8 +243,8 @@ TEST(HostCollectorTest, CpuPressureWithoutFullLine) {
   EXPECT_EQ(c->Health().errors, 0u);
   EXPECT_DOUBLE_EQ(*sink.Last("ithbat_host_pressure_cpu_some_waiting_seconds_total"), 4.0);
   EXPECT_DOUBLE_EQ(*sink.Last("ithbat_host_pressure_cpu_some_avg10_ratio"), 0.02);
-  EXPECT_EQ(sink.Find("ithbat_host_pressure_cpu_full_waiting_seconds_total"), nullptr);
-  EXPECT_EQ(sink.series.size(), 36u);
+  EXPECT_FALSE(sink.Find("ithbat_host_pressure_cpu_full_waiting_seconds_total").has_value());
+  EXPECT_EQ(sink.series_count(), 36u);
 }
 
 struct BrokenFile {
@@ -343,7 +276,7 @@ TEST_P(HostCollectorBrokenFileTest, OneBadFileIsReportedAndTheRestCollected) {
   EXPECT_EQ(h.errors, 1u);
   EXPECT_THAT(log.Text(), HasSubstr(broken.string()));
   EXPECT_THAT(log.Text(), HasSubstr(p.expect));
-  EXPECT_EQ(sink.Find(p.lost_series), nullptr);
+  EXPECT_FALSE(sink.Find(p.lost_series).has_value());
   EXPECT_TRUE(sink.Last(p.kept_series).has_value()) << p.kept_series;
   ExpectOnlyDescribed(*c, sink);
 
@@ -385,7 +318,7 @@ TEST(HostCollectorTest, HugeFileIsRefusedAtTheBound) {
   EXPECT_EQ(c->Health().errors, 1u);
   EXPECT_THAT(log.Text(), HasSubstr("resource_exhausted"));
   EXPECT_THAT(log.Text(), HasSubstr((dir.path() / "meminfo").string()));
-  EXPECT_EQ(sink.Find("ithbat_host_memory_total_bytes"), nullptr);
+  EXPECT_FALSE(sink.Find("ithbat_host_memory_total_bytes").has_value());
   EXPECT_TRUE(sink.Last("ithbat_host_cpus").has_value());
 }
 
@@ -401,7 +334,7 @@ TEST(HostCollectorTest, EveryFileFailingFailsTheCollect) {
   EXPECT_EQ(h.errors, 1u);  // one failed Collect, not one per file
   EXPECT_THAT(h.last_error, HasSubstr("all 4 files"));
   EXPECT_THAT(h.last_error, HasSubstr((dir.path() / "stat").string()));
-  EXPECT_TRUE(sink.series.empty());
+  EXPECT_TRUE(sink.series().empty());
 
   // The files come back: the collector is up again.
   CopyTree(Fixture("normal"), dir.path());
@@ -423,17 +356,17 @@ TEST(HostCollectorTest, MissingRootFailsInit) {
 
 TEST(HostCollectorTest, RefusedRegistrationIsReportedOnceAndSkipped) {
   FakeSink sink;
-  sink.refuse_name = "ithbat_host_load1";
+  sink.RefuseRegistration("ithbat_host_load1");
   LogCapture log;
   auto c = Started(Fixture("normal"), sink);
   ASSERT_TRUE(c->Collect(kT0));
   EXPECT_EQ(c->Health().errors, 1u);
   EXPECT_THAT(log.Text(), HasSubstr("ithbat_host_load1"));
-  const size_t registrations = sink.registrations;
+  const size_t registrations = sink.registrations();
   ASSERT_TRUE(c->Collect(kT0 + kNsPerSec));
   EXPECT_EQ(c->Health().errors, 1u);  // not retried every tick
-  EXPECT_EQ(sink.registrations, registrations);
-  EXPECT_EQ(sink.Find("ithbat_host_load1"), nullptr);
+  EXPECT_EQ(sink.registrations(), registrations);
+  EXPECT_FALSE(sink.Find("ithbat_host_load1").has_value());
   EXPECT_EQ(sink.Find("ithbat_host_load5")->samples.size(), 2u);
 }
 
@@ -470,7 +403,8 @@ TEST(HostCollectorTest, RealProcParsesWithoutError) {
   EXPECT_TRUE(sink.Last("ithbat_host_major_page_faults_total").has_value());
   // 8 cpu modes on any kernel since 2.6.11.
   for (std::string_view mode : kCpuModes) {
-    EXPECT_NE(sink.Find("ithbat_host_cpu_seconds_total", fmt::format("{{mode=\"{}\"}}", mode)), nullptr) << mode;
+    const std::string labels = fmt::format("{{mode=\"{}\"}}", mode);
+    EXPECT_TRUE(sink.Find("ithbat_host_cpu_seconds_total", labels).has_value()) << mode;
   }
   ExpectOnlyDescribed(*c, sink);
 }

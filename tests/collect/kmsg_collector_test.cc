@@ -13,60 +13,17 @@
 #include <gtest/gtest.h>
 
 #include "core/metric.h"
+#include "testutil/fake_sink.h"
 #include "testutil/testutil.h"
 
 namespace ithbat::collect {
 namespace {
 
 namespace fs = std::filesystem;
+using ::ithbat::testing::FakeSink;
 using ::ithbat::testing::SourceDir;
 using ::ithbat::testing::TempDir;
 using ::testing::HasSubstr;
-
-class FakeSink : public Sink {
- public:
-  struct Series {
-    MetricDesc desc;
-    LabelSet labels;
-    std::vector<std::pair<TimeNs, double>> samples;
-  };
-
-  Result<SeriesRef> RegisterSeries(const MetricDesc& desc, const LabelSet& labels) override {
-    if (Status s = ValidateMetricDesc(desc); !s) return std::unexpected(s.error());
-    for (size_t i = 0; i < series.size(); i++) {
-      if (series[i].desc.name == desc.name && series[i].labels == labels) return static_cast<SeriesRef>(i);
-    }
-    series.push_back(Series{desc, labels, {}});
-    return static_cast<SeriesRef>(series.size() - 1);
-  }
-  Status Append(SeriesRef ref, TimeNs t, double value) override {
-    if (ref >= series.size()) return MakeError(ErrorCode::kNotFound, "unknown ref");
-    auto& s = series[ref].samples;
-    if (!s.empty() && t < s.back().first) return MakeError(ErrorCode::kOutOfOrder, "older than newest");
-    if (!s.empty() && t == s.back().first) {
-      if (value == s.back().second) return Ok();
-      return MakeError(ErrorCode::kDuplicate, "same time, other value");
-    }
-    s.emplace_back(t, value);
-    return Ok();
-  }
-  Status AppendEvent(Event event) override {
-    events.push_back(std::move(event));
-    return Ok();
-  }
-  Status RecordStep(std::string_view, int32_t, StepSpan) override { return Ok(); }
-
-  std::optional<double> Last(std::string_view name, std::string_view labels = "") const {
-    for (const auto& s : series) {
-      if (s.desc.name == name && s.labels.ToString() == labels && !s.samples.empty())
-        return s.samples.back().second;
-    }
-    return std::nullopt;
-  }
-
-  std::vector<Series> series;
-  std::vector<Event> events;
-};
 
 std::optional<std::string> Attr(const Event& e, std::string_view key) {
   for (const auto& [k, v] : e.attrs) {
@@ -115,10 +72,10 @@ TEST(KmsgCollectorTest, ReplaysTheFixtureIntoEventsAndCounters) {
   ASSERT_TRUE(c->Collect(kT0));
   EXPECT_EQ(c->Health().errors, 0u);
   EXPECT_EQ(c->Health().degraded, "");
-  ASSERT_EQ(sink.events.size(), 6u);
+  ASSERT_EQ(sink.events().size(), 6u);
   EXPECT_EQ(c->xid_events(), 6u);
 
-  const Event& e149 = sink.events[0];
+  const Event e149 = sink.events()[0];
   EXPECT_EQ(e149.kind, EventKind::kXid);
   EXPECT_EQ(e149.source, "kmsg");
   EXPECT_EQ(e149.value, 149);
@@ -129,10 +86,10 @@ TEST(KmsgCollectorTest, ReplaysTheFixtureIntoEventsAndCounters) {
   EXPECT_EQ(Attr(e149, "mnemonic"), "NVLINK_NETIR_ERROR");
   EXPECT_EQ(e149.identity.gpu_index, -1);  // the resolver does not know this GPU
 
-  EXPECT_EQ(sink.events[1].value, 154);
-  EXPECT_EQ(sink.events[1].name, "unknown");
+  EXPECT_EQ(sink.events()[1].value, 154);
+  EXPECT_EQ(sink.events()[1].name, "unknown");
 
-  const Event& e94 = sink.events[2];
+  const Event e94 = sink.events()[2];
   EXPECT_EQ(e94.value, 94);
   EXPECT_EQ(e94.identity.gpu_index, 4);
   EXPECT_EQ(e94.identity.pid, 1234);
@@ -140,17 +97,17 @@ TEST(KmsgCollectorTest, ReplaysTheFixtureIntoEventsAndCounters) {
   EXPECT_EQ(Attr(e94, "process"), "python3");
   EXPECT_EQ(e94.text, "Contained ECC error");
 
-  const Event& e13 = sink.events[3];
+  const Event e13 = sink.events()[3];
   EXPECT_EQ(e13.name, "job");
   EXPECT_EQ(Attr(e13, "pid"), std::nullopt);
   EXPECT_EQ(Attr(e13, "process"), std::nullopt);
 
-  const Event& e79 = sink.events[4];
+  const Event e79 = sink.events()[4];
   EXPECT_EQ(e79.value, 79);
   EXPECT_EQ(Attr(e79, "fallen_off_bus"), "1");
   EXPECT_EQ(e79.text, "GPU has fallen off the bus.");
 
-  const Event& sx = sink.events[5];
+  const Event sx = sink.events()[5];
   EXPECT_EQ(sx.value, 20034);
   EXPECT_EQ(sx.name, "unknown");
   EXPECT_EQ(Attr(sx, "sxid"), "1");
@@ -167,7 +124,7 @@ TEST(KmsgCollectorTest, ReplaysTheFixtureIntoEventsAndCounters) {
 
   // Nothing new: no events, counters appended again at the new tick with the same values.
   ASSERT_TRUE(c->Collect(kT0 + kNsPerSec));
-  EXPECT_EQ(sink.events.size(), 6u);
+  EXPECT_EQ(sink.events().size(), 6u);
   EXPECT_EQ(sink.Last(m, R"({owner="hardware",xid="149"})"), 1);
 }
 
@@ -178,19 +135,19 @@ TEST(KmsgCollectorTest, FollowsAppendsFromTheEndNotTheHistory) {
   FakeSink sink;
   auto c = Started(KmsgOptions{.path = log}, sink);
   ASSERT_TRUE(c->Collect(kT0));
-  EXPECT_EQ(sink.events.size(), 0u);  // the history before Start is not replayed
+  EXPECT_EQ(sink.events().size(), 0u);  // the history before Start is not replayed
 
   // A line written in two pieces is handled once it is complete.
   Append(log, "[2.0] NVRM: Xid (PCI:0000:01:00): 31, pid=2, na");
   ASSERT_TRUE(c->Collect(kT0 + 1));
-  EXPECT_EQ(sink.events.size(), 0u);
+  EXPECT_EQ(sink.events().size(), 0u);
   Append(log, "me=b, MMU Fault\n[3.0] not an xid\n");
   ASSERT_TRUE(c->Collect(kT0 + 2));
-  ASSERT_EQ(sink.events.size(), 1u);
-  EXPECT_EQ(sink.events[0].value, 31);
-  EXPECT_EQ(Attr(sink.events[0], "process"), "b");
-  EXPECT_EQ(sink.events[0].text, "MMU Fault");
-  EXPECT_EQ(sink.events[0].time, kT0 + 2);
+  ASSERT_EQ(sink.events().size(), 1u);
+  EXPECT_EQ(sink.events()[0].value, 31);
+  EXPECT_EQ(Attr(sink.events()[0], "process"), "b");
+  EXPECT_EQ(sink.events()[0].text, "MMU Fault");
+  EXPECT_EQ(sink.events()[0].time, kT0 + 2);
 }
 
 TEST(KmsgCollectorTest, TruncationAndRotationReadTheNewContentFromItsStart) {
@@ -205,15 +162,15 @@ TEST(KmsgCollectorTest, TruncationAndRotationReadTheNewContentFromItsStart) {
   fs::resize_file(log, 0);
   Append(log, "NVRM: Xid (PCI:0000:01:00): 48, DBE\n");
   ASSERT_TRUE(c->Collect(kT0 + 1));
-  ASSERT_EQ(sink.events.size(), 1u);
-  EXPECT_EQ(sink.events[0].value, 48);
+  ASSERT_EQ(sink.events().size(), 1u);
+  EXPECT_EQ(sink.events()[0].value, 48);
 
   // Rotated: a new file under the same name.
   fs::rename(log, dir.path() / "kern.log.1");
   Append(log, "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.\n");
   ASSERT_TRUE(c->Collect(kT0 + 2));
-  ASSERT_EQ(sink.events.size(), 2u);
-  EXPECT_EQ(sink.events[1].value, 79);
+  ASSERT_EQ(sink.events().size(), 2u);
+  EXPECT_EQ(sink.events()[1].value, 79);
   EXPECT_EQ(sink.Last("ithbat_kmsg_xid_events_total", R"({owner="hardware",xid="48"})"), 1);
   EXPECT_EQ(sink.Last("ithbat_kmsg_xid_events_total", R"({owner="hardware",xid="79"})"), 1);
 }
@@ -234,8 +191,8 @@ TEST(KmsgCollectorTest, MissingSourceIsDegradedUntilItAppears) {
   Append(log, "NVRM: Xid (PCI:0000:01:00): 94, Contained ECC error\n");
   ASSERT_TRUE(c->Collect(kT0 + 2));
   EXPECT_EQ(c->Health().degraded, "");
-  ASSERT_EQ(sink.events.size(), 1u);
-  EXPECT_EQ(sink.events[0].value, 94);
+  ASSERT_EQ(sink.events().size(), 1u);
+  EXPECT_EQ(sink.events()[0].value, 94);
 }
 
 TEST(KmsgCollectorTest, OverlongLinesAreCutAndTheRestDropped) {
@@ -249,10 +206,10 @@ TEST(KmsgCollectorTest, OverlongLinesAreCutAndTheRestDropped) {
          "NVRM: Xid (PCI:0000:01:00): 13, " + std::string(500, 'a') +
              " NVRM: Xid (PCI:0000:01:00): 79, hidden in the tail\nNVRM: Xid (PCI:0000:01:00): 31, next\n");
   ASSERT_TRUE(c->Collect(kT0 + 1));
-  ASSERT_EQ(sink.events.size(), 2u);
-  EXPECT_EQ(sink.events[0].value, 13);
-  EXPECT_EQ(sink.events[0].text.size(), 100u - std::string_view("NVRM: Xid (PCI:0000:01:00): 13, ").size());
-  EXPECT_EQ(sink.events[1].value, 31);
+  ASSERT_EQ(sink.events().size(), 2u);
+  EXPECT_EQ(sink.events()[0].value, 13);
+  EXPECT_EQ(sink.events()[0].text.size(), 100u - std::string_view("NVRM: Xid (PCI:0000:01:00): 13, ").size());
+  EXPECT_EQ(sink.events()[1].value, 31);
   EXPECT_EQ(c->lines_cut(), 1u);
 }
 
@@ -265,9 +222,9 @@ TEST(KmsgCollectorTest, ReadsAreBoundedPerCollect) {
   FakeSink sink;
   auto c = Started(KmsgOptions{.path = log, .replay_from_start = true, .max_bytes_per_collect = 370}, sink);
   ASSERT_TRUE(c->Collect(kT0));
-  EXPECT_EQ(sink.events.size(), 10u);
+  EXPECT_EQ(sink.events().size(), 10u);
   for (int i = 1; i < 10; i++) ASSERT_TRUE(c->Collect(kT0 + i));
-  EXPECT_EQ(sink.events.size(), 100u);
+  EXPECT_EQ(sink.events().size(), 100u);
   EXPECT_EQ(sink.Last("ithbat_kmsg_xid_events_total", R"({owner="job",xid="13"})"), 100);
 }
 
@@ -280,7 +237,7 @@ TEST(KmsgCollectorTest, XidSeriesAreBounded) {
   FakeSink sink;
   auto c = Started(KmsgOptions{.path = log, .replay_from_start = true, .max_xid_series = 2}, sink);
   ASSERT_TRUE(c->Collect(kT0));
-  EXPECT_EQ(sink.events.size(), 4u);
+  EXPECT_EQ(sink.events().size(), 4u);
   const char* m = "ithbat_kmsg_xid_events_total";
   EXPECT_EQ(sink.Last(m, R"({owner="job",xid="13"})"), 1);
   EXPECT_EQ(sink.Last(m, R"({owner="job",xid="31"})"), 1);

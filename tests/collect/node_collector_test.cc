@@ -12,57 +12,17 @@
 
 #include "collect/node/node_collectors.h"
 #include "core/metric.h"
+#include "testutil/fake_sink.h"
 #include "testutil/testutil.h"
 
 namespace ithbat::collect {
 namespace {
 
 namespace fs = std::filesystem;
+using ::ithbat::testing::FakeSink;
 using ::ithbat::testing::SourceDir;
 using ::ithbat::testing::TempDir;
 using ::testing::HasSubstr;
-
-class FakeSink : public Sink {
- public:
-  struct Series {
-    MetricDesc desc;
-    LabelSet labels;
-    std::vector<std::pair<TimeNs, double>> samples;
-  };
-  Result<SeriesRef> RegisterSeries(const MetricDesc& desc, const LabelSet& labels) override {
-    if (Status s = ValidateMetricDesc(desc); !s) return std::unexpected(s.error());
-    for (size_t i = 0; i < series.size(); i++) {
-      if (series[i].desc.name != desc.name) continue;
-      if (series[i].desc.help != desc.help || series[i].desc.unit != desc.unit) {
-        return MakeError(ErrorCode::kInvalidArgument, "conflicting desc");
-      }
-      if (series[i].labels == labels) return static_cast<SeriesRef>(i);
-    }
-    series.push_back(Series{desc, labels, {}});
-    return static_cast<SeriesRef>(series.size() - 1);
-  }
-  Status Append(SeriesRef ref, TimeNs t, double value) override {
-    if (ref >= series.size()) return MakeError(ErrorCode::kNotFound, "unknown ref");
-    auto& s = series[ref].samples;
-    if (!s.empty() && t <= s.back().first) return MakeError(ErrorCode::kOutOfOrder, "not newer");
-    s.emplace_back(t, value);
-    return Ok();
-  }
-  Status AppendEvent(Event) override { return Ok(); }
-  Status RecordStep(std::string_view, int32_t, StepSpan) override { return Ok(); }
-
-  std::optional<double> Last(std::string_view name, std::string_view labels = "") const {
-    for (const auto& s : series) {
-      if (s.desc.name == name && s.labels.ToString() == labels && !s.samples.empty())
-        return s.samples.back().second;
-    }
-    return std::nullopt;
-  }
-  size_t Count(std::string_view name) const {
-    return std::count_if(series.begin(), series.end(), [&](const Series& s) { return s.desc.name == name; });
-  }
-  std::vector<Series> series;
-};
 
 fs::path Fixture(std::string_view name) { return SourceDir() / "tests/collect/fixtures/node" / name; }
 constexpr TimeNs kT0 = 1'800'000'000 * kNsPerSec;
@@ -83,7 +43,7 @@ void ExpectValidDescribe(const C& c, std::string_view prefix, size_t count) {
 template <typename C>
 void ExpectOnlyDescribed(const C& c, const FakeSink& sink) {
   const auto descs = c.Describe();
-  for (const auto& s : sink.series) {
+  for (const auto& s : sink.series()) {
     auto it =
         std::find_if(descs.begin(), descs.end(), [&](const MetricDesc& d) { return d.name == s.desc.name; });
     ASSERT_NE(it, descs.end()) << s.desc.name;
@@ -133,14 +93,14 @@ TEST(DiskCollectorTest, FixtureInBaseUnitsWithoutVirtualDevices) {
   EXPECT_TRUE(sink.Last("ithbat_disk_reads_completed_total", R"({device="zram0"})"));
   EXPECT_FALSE(sink.Last("ithbat_disk_reads_completed_total", R"({device="loop1"})"));
   EXPECT_FALSE(sink.Last("ithbat_disk_reads_completed_total", R"({device="ram0"})"));
-  EXPECT_EQ(sink.Count("ithbat_disk_reads_completed_total"), 4u);
+  EXPECT_EQ(sink.CountSeries("ithbat_disk_reads_completed_total"), 4u);
   ExpectOnlyDescribed(*c, sink);
 
   // A second tick appends to the same series.
-  const size_t n = sink.series.size();
+  const size_t n = sink.series_count();
   ASSERT_TRUE(c->Collect(kT0 + kNsPerSec));
-  EXPECT_EQ(sink.series.size(), n);
-  EXPECT_EQ(sink.series[0].samples.size(), 2u);
+  EXPECT_EQ(sink.series_count(), n);
+  EXPECT_EQ(sink.series()[0].samples.size(), 2u);
 }
 
 TEST(DiskCollectorTest, IncludeVirtual) {
@@ -148,7 +108,7 @@ TEST(DiskCollectorTest, IncludeVirtual) {
   auto c = Started<DiskCollector>(DiskOptions{.procfs = Fixture("normal"), .include_virtual = true}, sink);
   ASSERT_TRUE(c->Collect(kT0));
   EXPECT_EQ(sink.Last("ithbat_disk_reads_completed_total", R"({device="loop1"})"), 52);
-  EXPECT_EQ(sink.Count("ithbat_disk_reads_completed_total"), 7u);
+  EXPECT_EQ(sink.CountSeries("ithbat_disk_reads_completed_total"), 7u);
 }
 
 TEST(DiskCollectorTest, MissingRootFailsInitMissingFileIsDegraded) {
@@ -162,7 +122,7 @@ TEST(DiskCollectorTest, MissingRootFailsInitMissingFileIsDegraded) {
   ASSERT_TRUE(c->Collect(kT0 + 1));
   EXPECT_THAT(c->Health().degraded, HasSubstr("diskstats"));
   EXPECT_EQ(c->Health().errors, 0u);
-  EXPECT_TRUE(sink.series.empty());
+  EXPECT_TRUE(sink.series().empty());
 }
 
 TEST(DiskCollectorTest, MalformedFileIsReportedByName) {
@@ -177,7 +137,7 @@ TEST(DiskCollectorTest, MalformedFileIsReportedByName) {
     EXPECT_EQ(h.errors, 1u);
     EXPECT_THAT(h.last_error, HasSubstr("diskstats"));
     EXPECT_THAT(h.last_error, HasSubstr("line 1"));
-    EXPECT_TRUE(sink.series.empty());
+    EXPECT_TRUE(sink.series().empty());
   }
 }
 
@@ -200,7 +160,7 @@ TEST(DiskCollectorTest, DeviceCountIsBounded) {
   auto c = Started<DiskCollector>(DiskOptions{.procfs = dir.path(), .max_devices = 3}, sink);
   ASSERT_TRUE(c->Collect(kT0));
   ASSERT_TRUE(c->Collect(kT0 + 1));
-  EXPECT_EQ(sink.Count("ithbat_disk_reads_completed_total"), 3u);
+  EXPECT_EQ(sink.CountSeries("ithbat_disk_reads_completed_total"), 3u);
   EXPECT_EQ(c->Health().errors, 1u);  // reported once, not every tick
 }
 
@@ -244,7 +204,7 @@ TEST(NfsCollectorTest, FixtureMountsOpsAndLustre) {
         << op;
   }
   // NULL and SEQUENCE are not in the exported list.
-  EXPECT_EQ(sink.Count("ithbat_nfs_rpc_operations_total"), 7u + 4u);
+  EXPECT_EQ(sink.CountSeries("ithbat_nfs_rpc_operations_total"), 7u + 4u);
 
   // The v3 mount: escaped mount point, no errors column.
   const std::string home = R"({export="10.0.0.6:/home",mountpoint="/home/my user",op="GETATTR"})";
@@ -285,13 +245,13 @@ TEST(NfsCollectorTest, NoMountstatsIsDegradedNoNfsMountsIsFine) {
   ASSERT_TRUE(c->Collect(kT0 + 1));
   EXPECT_THAT(c->Health().degraded, HasSubstr("mountstats"));
   EXPECT_EQ(c->Health().errors, 0u);
-  EXPECT_TRUE(sink.series.empty());
+  EXPECT_TRUE(sink.series().empty());
 
   dir.WriteFile("self/mountstats", "device proc mounted on /proc with fstype proc\n");
   ASSERT_TRUE(c->Collect(kT0 + 2));
   EXPECT_EQ(c->Health().degraded, "");
   EXPECT_EQ(c->Health().errors, 0u);
-  EXPECT_TRUE(sink.series.empty());
+  EXPECT_TRUE(sink.series().empty());
 }
 
 TEST(NfsCollectorTest, MalformedMountstatsAndLustreAreReportedByName) {
@@ -345,7 +305,7 @@ TEST(InfinibandCollectorTest, FixturePortsInBytes) {
                       R"({counter="local_ack_timeout_err",device="mlx5_0",port="1"})"),
             5);
   EXPECT_FALSE(sink.Last("ithbat_ib_hw_counters_total", R"({counter="lifespan",device="mlx5_0",port="1"})"));
-  EXPECT_EQ(sink.Count("ithbat_ib_hw_counters_total"), 3u);
+  EXPECT_EQ(sink.CountSeries("ithbat_ib_hw_counters_total"), 3u);
 
   // The down port with only the data counters: no errors for the missing ones.
   const std::string q = R"({device="mlx5_1",port="1"})";
@@ -366,7 +326,7 @@ TEST(InfinibandCollectorTest, NoDevicesIsDegradedQuietly) {
   EXPECT_THAT(c->Health().degraded, HasSubstr("class/infiniband"));
   EXPECT_EQ(c->Health().errors, 0u);
   EXPECT_TRUE(c->Health().up);
-  EXPECT_TRUE(sink.series.empty());
+  EXPECT_TRUE(sink.series().empty());
   EXPECT_FALSE(InfinibandCollector::Create(InfinibandOptions{.sysfs = "/nonexistent/sys"})->Init(sink));
 }
 
@@ -412,7 +372,7 @@ TEST(InfinibandCollectorTest, HwCountersAreBounded) {
   auto c = Started<InfinibandCollector>(InfinibandOptions{.sysfs = dir.path(), .max_hw_counters_per_port = 5},
                                         sink);
   ASSERT_TRUE(c->Collect(kT0));
-  EXPECT_EQ(sink.Count("ithbat_ib_hw_counters_total"), 5u);
+  EXPECT_EQ(sink.CountSeries("ithbat_ib_hw_counters_total"), 5u);
   EXPECT_EQ(c->Health().errors, 0u);
 }
 
