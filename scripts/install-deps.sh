@@ -16,6 +16,9 @@ packages=(
   libre2-dev libzstd-dev libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus curl
+  # slurm: a one-node cluster for tests/integration/slurm_identity.sh (process identity under a
+  # real srun); the test writes its own slurm.conf and munge key and starts the daemons itself.
+  slurm-wlm munge
 )
 
 missing=()

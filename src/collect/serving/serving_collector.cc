@@ -1,0 +1,330 @@
+#include "collect/serving/serving_collector.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include <fmt/core.h>
+
+#include "core/labels.h"
+
+namespace ithbat::collect {
+namespace {
+
+using serving::ServerInfo;
+
+std::string ServerName(const ServerInfo& s) {
+  return fmt::format("{} server pid {} port {}", serving::EngineName(s.engine), s.pid, s.port);
+}
+
+}  // namespace
+
+Result<std::string> ScrapeMetrics(const std::string& host, uint16_t port, const ServingOptions& options) {
+  try {
+    httplib::Client client(host, port);
+    client.set_connection_timeout(options.connect_timeout_ms / 1000, (options.connect_timeout_ms % 1000) * 1000);
+    client.set_read_timeout(options.read_timeout_ms / 1000, (options.read_timeout_ms % 1000) * 1000);
+    client.set_write_timeout(1, 0);
+    client.set_keep_alive(false);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.scrape_deadline_ms);
+    std::string body;
+    int status = 0;
+    bool too_big = false, too_slow = false;
+    auto res = client.Get(
+        "/metrics",
+        [&](const httplib::Response& r) {
+          status = r.status;
+          return r.status == 200;
+        },
+        [&](const char* data, size_t n) {
+          if (body.size() + n > options.max_body_bytes) {
+            too_big = true;
+            return false;
+          }
+          if (std::chrono::steady_clock::now() > deadline) {
+            too_slow = true;
+            return false;
+          }
+          body.append(data, n);
+          return true;
+        });
+    if (too_big) {
+      return MakeErrorF(ErrorCode::kResourceExhausted, "GET {}:{}/metrics: body exceeds {} bytes", host, port,
+                        options.max_body_bytes);
+    }
+    if (too_slow) {
+      return MakeErrorF(ErrorCode::kTimeout, "GET {}:{}/metrics: body not complete within {} ms", host, port,
+                        options.scrape_deadline_ms);
+    }
+    if (status != 0 && status != 200) {
+      return MakeErrorF(ErrorCode::kInvalidArgument, "GET {}:{}/metrics: HTTP status {}", host, port, status);
+    }
+    if (!res) {
+      return MakeErrorF(ErrorCode::kUnavailable, "GET {}:{}/metrics: {}", host, port, httplib::to_string(res.error()));
+    }
+    return body;
+  } catch (const std::exception& e) {
+    return MakeErrorF(ErrorCode::kUnavailable, "GET {}:{}/metrics: {}", host, port, e.what());
+  } catch (...) {
+    return MakeErrorF(ErrorCode::kUnavailable, "GET {}:{}/metrics: unknown exception", host, port);
+  }
+}
+
+std::unique_ptr<ServingCollector> ServingCollector::Create(ServingOptions options) {
+  return std::unique_ptr<ServingCollector>(new ServingCollector(std::move(options)));
+}
+
+ServingCollector::ServingCollector(ServingOptions options) : Collector("serving"), options_(std::move(options)) {
+  const ServingOptions d;
+  if (options_.rescan_every_ticks == 0) options_.rescan_every_ticks = d.rescan_every_ticks;
+  if (options_.connect_timeout_ms <= 0) options_.connect_timeout_ms = d.connect_timeout_ms;
+  if (options_.read_timeout_ms <= 0) options_.read_timeout_ms = d.read_timeout_ms;
+  if (options_.scrape_deadline_ms <= 0) options_.scrape_deadline_ms = d.scrape_deadline_ms;
+  if (options_.max_body_bytes == 0) options_.max_body_bytes = d.max_body_bytes;
+  if (options_.max_servers == 0) options_.max_servers = d.max_servers;
+  if (options_.max_concurrent_scrapes == 0) options_.max_concurrent_scrapes = d.max_concurrent_scrapes;
+  if (options_.max_series == 0) options_.max_series = d.max_series;
+  options_.limits.max_body_bytes = options_.max_body_bytes;
+
+  const std::vector<std::string> labels = {"engine", "port", "pid"};
+  auto d_ = [&](std::string name, std::string help) {
+    server_descs_.push_back(MetricDesc{std::move(name), std::move(help), "", MetricType::kGauge, labels});
+  };
+  d_("ithbat_serving_up", "1 when the inference server's /metrics was scraped and parsed this tick, else 0");
+  d_("ithbat_serving_max_num_seqs", "Most requests the server runs in one batch (its slot count)");
+  d_("ithbat_serving_max_num_batched_tokens",
+     "Most tokens the server schedules in one step, from --max-num-batched-tokens (SGLang --chunked-prefill-size, "
+     "TGI --max-batch-total-tokens)");
+  d_("ithbat_serving_max_model_len",
+     "Longest sequence in tokens the server accepts, from --max-model-len (SGLang --context-length, TGI "
+     "--max-total-tokens)");
+  d_("ithbat_serving_tensor_parallel_size", "GPUs one model replica is split over, from --tensor-parallel-size");
+  d_("ithbat_serving_max_concurrent_requests", "Most requests TGI admits at once, from --max-concurrent-requests");
+  d_("ithbat_serving_prefix_caching_enabled",
+     "1 when prefix caching was switched on by flag, 0 when switched off (absent when no flag says)");
+  d_("ithbat_serving_chunked_prefill_enabled",
+     "1 when chunked prefill was switched on by flag, 0 when switched off (absent when no flag says)");
+  // max_num_seqs comes from flags or from SGLang's gauge: one desc carrying every label either uses.
+  server_descs_[kFlagMaxNumSeqs] = serving::ServingSeriesDesc(serving::ServingSeries::kMaxNumSeqs);
+}
+
+std::vector<MetricDesc> ServingCollector::Describe() const {
+  std::vector<MetricDesc> out;
+  for (size_t i = 0; i < serving::kServingSeriesCount; i++) {
+    const auto s = static_cast<serving::ServingSeries>(i);
+    if (s == serving::ServingSeries::kMaxNumSeqs) continue;  // declared once, below, with the server labels
+    out.push_back(serving::ServingSeriesDesc(s));
+  }
+  out.insert(out.end(), server_descs_.begin(), server_descs_.end());
+  return out;
+}
+
+Status ServingCollector::InitImpl(Sink& sink) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(options_.procfs, ec)) {
+    return MakeErrorF(ErrorCode::kNotFound, "procfs root '{}' is not a directory{}", options_.procfs.string(),
+                      ec ? ": " + ec.message() : std::string());
+  }
+  sink_ = &sink;
+  return Ok();
+}
+
+Status ServingCollector::Discover() {
+  auto pids = serving::ListPids(options_.procfs);
+  if (!pids) return std::unexpected(pids.error());
+  if (ticks_ % options_.rescan_every_ticks == 0) {
+    known_pids_.clear();
+    servers_.clear();
+  }
+  // Forget pids that exited; read the cmdline of the new ones only.
+  for (auto it = servers_.begin(); it != servers_.end();) {
+    it = std::binary_search(pids->begin(), pids->end(), it->first) ? std::next(it) : servers_.erase(it);
+  }
+  for (int32_t pid : *pids) {
+    if (std::binary_search(known_pids_.begin(), known_pids_.end(), pid)) continue;
+    if (auto info = serving::ReadServer(options_.procfs, pid)) servers_[pid] = std::move(*info);
+  }
+  known_pids_ = std::move(*pids);
+  return Ok();
+}
+
+Status ServingCollector::CollectImpl(TimeNs tick_time) {
+  append_failures_ = 0;
+  first_append_error_.clear();
+  over_series_bound_ = 0;
+  Status discovered = Discover();
+  ticks_++;
+  if (!discovered) return discovered;
+
+  std::vector<ServerInfo> all;
+  for (const auto& [pid, info] : servers_) all.push_back(info);
+  std::vector<ServerInfo> servers = serving::DedupeServers(std::move(all));
+  if (servers.size() > options_.max_servers) {
+    ReportError(Error{ErrorCode::kResourceExhausted,
+                      fmt::format("{} inference servers found, scraping the first {} by pid", servers.size(),
+                                  options_.max_servers)});
+    servers.resize(options_.max_servers);
+  }
+
+  // Scrape concurrently, at most max_concurrent_scrapes at a time; joined before going on.
+  std::vector<Result<std::string>> bodies(servers.size(), Result<std::string>(std::string()));
+  {
+    std::atomic<size_t> next{0};
+    auto worker = [&]() {
+      for (size_t i = next++; i < servers.size(); i = next++) {
+        bodies[i] = ScrapeMetrics(options_.host, servers[i].port, options_);
+      }
+    };
+    const size_t n = std::min(servers.size(), options_.max_concurrent_scrapes);
+    std::vector<std::thread> threads;
+    threads.reserve(n);
+    for (size_t i = 0; i + 1 < n; i++) {
+      try {
+        threads.emplace_back(worker);
+      } catch (const std::system_error&) {
+        break;  // no thread to be had: the ones we have (at least this one) do all the scrapes
+      }
+    }
+    if (n > 0) worker();  // this thread works too
+    for (std::thread& t : threads) t.join();
+  }
+
+  // Forget the state of servers that are gone (their series stay in the store).
+  for (auto it = states_.begin(); it != states_.end();) {
+    const bool present = std::any_of(servers.begin(), servers.end(), [&](const ServerInfo& s) {
+      return ServerKey{s.engine, s.port, s.pid} == it->first;
+    });
+    if (present) {
+      ++it;
+    } else {
+      series_count_ -= it->second.refs.size();
+      it = states_.erase(it);
+    }
+  }
+
+  for (size_t i = 0; i < servers.size(); i++) {
+    const ServerInfo& server = servers[i];
+    bool up = false;
+    if (!bodies[i]) {
+      ReportError(Error{bodies[i].error().code, fmt::format("{}: {}", ServerName(server), bodies[i].error().message)});
+    } else if (auto expo = serving::ParseExposition(*bodies[i], options_.limits); !expo) {
+      ReportError(Error{expo.error().code, fmt::format("{}: {}", ServerName(server), expo.error().message)});
+    } else {
+      up = true;
+      if (expo->errors > 0) {
+        ReportError(Error{ErrorCode::kParse, fmt::format("{}: {} malformed /metrics lines skipped; first at line {}: {}",
+                                                         ServerName(server), expo->errors, expo->first_error_line,
+                                                         expo->first_error)});
+      }
+      if (expo->dropped_samples > 0) {
+        ReportError(Error{ErrorCode::kResourceExhausted,
+                          fmt::format("{}: {} samples beyond the bound of {} ignored", ServerName(server),
+                                      expo->dropped_samples, options_.limits.max_samples)});
+      }
+      EmitNormalised(server, serving::Normalise(server.engine, *expo), tick_time);
+    }
+    EmitServer(server, up, tick_time);
+  }
+
+  if (over_series_bound_ > 0) {
+    ReportError(Error{ErrorCode::kResourceExhausted,
+                      fmt::format("{} series beyond the bound of {} skipped", over_series_bound_, options_.max_series)});
+  }
+  if (append_failures_ > 0) {
+    ReportError(Error{ErrorCode::kInternal,
+                      fmt::format("{} appends failed this tick; first: {}", append_failures_, first_append_error_)});
+  }
+  return Ok();
+}
+
+void ServingCollector::EmitNormalised(const ServerInfo& server, const std::vector<serving::NormalSample>& samples,
+                                      TimeNs t) {
+  using serving::ServingSeries;
+  // The engine's own hit-ratio gauge wins; otherwise the ratio comes from the counters' deltas.
+  std::map<std::pair<std::string, std::string>, std::pair<const serving::NormalSample*, const serving::NormalSample*>>
+      counters;  // (engine_index, model) → (hits, queries)
+  std::map<std::pair<std::string, std::string>, bool> has_gauge;
+  for (const auto& s : samples) {
+    if (s.series == ServingSeries::kMaxNumSeqs && server.max_num_seqs) continue;  // the flag is the truth
+    const MetricDesc& desc = s.series == ServingSeries::kMaxNumSeqs ? server_descs_[kFlagMaxNumSeqs]
+                                                                    : serving::ServingSeriesDesc(s.series);
+    Emit(desc, server, s.engine_index, s.model, t, s.value);
+    const auto key = std::make_pair(s.engine_index, s.model);
+    if (s.series == ServingSeries::kPrefixCacheHitRatio) has_gauge[key] = true;
+    if (s.series == ServingSeries::kPrefixCacheHitsTotal) counters[key].first = &s;
+    if (s.series == ServingSeries::kPrefixCacheQueriesTotal) counters[key].second = &s;
+  }
+  for (const auto& [key, pair] : counters) {
+    const auto [hits, queries] = pair;
+    if (hits == nullptr || queries == nullptr) continue;
+    ServerState& state = StateOf(server);
+    if (!state.counters.contains(key) && state.counters.size() >= 64) continue;  // bound label churn
+    Counters& prev = state.counters[key];
+    if (prev.have && !has_gauge.contains(key)) {
+      const double dh = hits->value - prev.hits, dq = queries->value - prev.queries;
+      // No lookups since the last scrape, or a counter reset: no ratio this tick.
+      if (dq > 0 && dh >= 0) {
+        Emit(serving::ServingSeriesDesc(ServingSeries::kPrefixCacheHitRatio), server, key.first, key.second, t,
+             std::min(1.0, dh / dq));
+      }
+    }
+    prev = Counters{hits->value, queries->value, true};
+  }
+}
+
+ServingCollector::ServerState& ServingCollector::StateOf(const ServerInfo& server) {
+  return states_[ServerKey{server.engine, server.port, server.pid}];
+}
+
+void ServingCollector::EmitServer(const ServerInfo& server, bool up, TimeNs t) {
+  auto opt = [&](ServerSeries series, const auto& value) {
+    if (value) Emit(server_descs_[series], server, "", "", t, static_cast<double>(*value));
+  };
+  Emit(server_descs_[kUp], server, "", "", t, up ? 1.0 : 0.0);
+  opt(kFlagMaxNumSeqs, server.max_num_seqs);
+  opt(kFlagMaxBatchedTokens, server.max_num_batched_tokens);
+  opt(kFlagMaxModelLen, server.max_model_len);
+  opt(kFlagTensorParallel, server.tensor_parallel_size);
+  opt(kFlagMaxConcurrent, server.max_concurrent_requests);
+  opt(kFlagPrefixCaching, server.prefix_caching);
+  opt(kFlagChunkedPrefill, server.chunked_prefill);
+}
+
+void ServingCollector::Emit(const MetricDesc& desc, const ServerInfo& server, std::string_view engine_index,
+                            std::string_view model, TimeNs t, double value) {
+  const std::string_view engine = serving::EngineName(server.engine);
+  ServerState& state = StateOf(server);
+  std::string key = fmt::format("{}|{}|{}", desc.name, engine_index, model);
+  auto it = state.refs.find(key);
+  if (it == state.refs.end()) {
+    if (state.refused.contains(key)) return;
+    if (series_count_ >= options_.max_series) {
+      over_series_bound_++;
+      return;
+    }
+    const std::string port = std::to_string(server.port), pid = std::to_string(server.pid);
+    Result<LabelSet> labels = LabelSet::From(
+        {{"engine", engine}, {"engine_index", engine_index}, {"model", model}, {"port", port}, {"pid", pid}});
+    Result<SeriesRef> ref =
+        labels ? sink_->RegisterSeries(desc, *labels) : Result<SeriesRef>(std::unexpected(labels.error()));
+    if (!ref) {
+      if (state.refused.size() < options_.max_series) state.refused.insert(key);
+      ReportError(Error{ref.error().code, fmt::format("register {} for {}: {} (series skipped from now on)", desc.name,
+                                                      ServerName(server), ref.error().message)});
+      return;
+    }
+    it = state.refs.emplace(std::move(key), *ref).first;
+    series_count_++;
+  }
+  if (Status s = sink_->Append(it->second, t, value); !s) {
+    if (append_failures_++ == 0) first_append_error_ = s.error().message;
+  }
+}
+
+}  // namespace ithbat::collect

@@ -1,0 +1,124 @@
+#pragma once
+// The serving collector: finds inference servers (vLLM, SGLang, TGI) on the node from their
+// command lines, scrapes each one's Prometheus /metrics over loopback, and writes the
+// normalised ithbat_serving_* series (normalise.h) plus, per server, ithbat_serving_up and the
+// limits it was started with (flags, discovery.h).
+//
+// Discovery cadence: every Collect lists the numeric entries of the proc root (one readdir)
+// and reads the cmdline only of pids not seen before; every rescan_every_ticks Collects it
+// forgets what it knew and reads every cmdline again (a pid reused between two ticks, or a
+// cmdline rewritten by the process, shows up then).
+//
+// Threads: scrapes block on the network, so a Collect runs up to max_concurrent_scrapes of
+// them on short-lived threads it joins before returning; no thread outlives a Collect. One
+// scrape is bounded by connect_timeout_ms, read_timeout_ms (per read) and scrape_deadline_ms
+// (the whole body, against a server that trickles), and by max_body_bytes.
+//
+// Roots: ServingOptions::procfs (default /proc) must be the /proc of the pid namespace the
+// servers live in, and host (default 127.0.0.1) must reach their ports: run the agent in the
+// host's network and pid namespaces, or point procfs at a fixture tree in tests.
+//
+// Lifecycle (agent::Collector): Create → Init(sink) checks that procfs is a directory
+// (kNotFound) → Collect(t)… on the runtime's worker thread, one at a time. The sink must
+// outlive the collector.
+//
+// Errors: a proc root that cannot be listed fails the Collect. A server whose scrape or parse
+// fails is one ReportError naming it (engine, port, pid) and ithbat_serving_up 0; the others go
+// on. Malformed lines in a body are counted and reported once per scrape; the good lines are
+// used. A series the sink refuses, or one beyond max_series, is reported and skipped.
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "agent/collector.h"
+#include "collect/serving/discovery.h"
+#include "collect/serving/exposition.h"
+#include "collect/serving/normalise.h"
+#include "core/metric.h"
+#include "core/result.h"
+#include "core/sink.h"
+#include "core/time.h"
+
+namespace ithbat::collect {
+
+struct ServingOptions {
+  std::filesystem::path procfs = "/proc";
+  std::string host = "127.0.0.1";
+  uint32_t rescan_every_ticks = 30;
+  int connect_timeout_ms = 500;
+  int read_timeout_ms = 1000;
+  int scrape_deadline_ms = 2000;
+  size_t max_body_bytes = 8 << 20;
+  size_t max_servers = 32;
+  size_t max_concurrent_scrapes = 4;
+  size_t max_series = 4096;
+  serving::ExpositionLimits limits;
+};
+
+// GET http://host:port/metrics, bounded as described above. Errors: kUnavailable (connection
+// refused, timeout, reset), kResourceExhausted (body over max_body_bytes), kTimeout (deadline),
+// kInvalidArgument (an HTTP status other than 200). Never throws.
+Result<std::string> ScrapeMetrics(const std::string& host, uint16_t port, const ServingOptions& options);
+
+class ServingCollector final : public agent::Collector {
+ public:
+  // Never fails; zero or negative bounds in options mean the defaults.
+  static std::unique_ptr<ServingCollector> Create(ServingOptions options);
+
+  std::vector<MetricDesc> Describe() const override;
+  const ServingOptions& options() const { return options_; }
+
+ protected:
+  Status InitImpl(Sink& sink) override;
+  Status CollectImpl(TimeNs tick_time) override;
+
+ private:
+  enum ServerSeries : uint8_t {
+    kUp, kFlagMaxNumSeqs, kFlagMaxBatchedTokens, kFlagMaxModelLen, kFlagTensorParallel, kFlagMaxConcurrent,
+    kFlagPrefixCaching, kFlagChunkedPrefill, kServerSeriesCount,
+  };
+  struct Counters {
+    double hits = 0;
+    double queries = 0;
+    bool have = false;
+  };
+
+  explicit ServingCollector(ServingOptions options);
+
+  Status Discover();
+  void Emit(const MetricDesc& desc, const serving::ServerInfo& server, std::string_view engine_index,
+            std::string_view model, TimeNs t, double value);
+  void EmitServer(const serving::ServerInfo& server, bool up, TimeNs t);
+  void EmitNormalised(const serving::ServerInfo& server, const std::vector<serving::NormalSample>& samples, TimeNs t);
+
+  ServingOptions options_;
+  std::vector<MetricDesc> server_descs_;  // by ServerSeries
+  Sink* sink_ = nullptr;
+  uint64_t ticks_ = 0;
+  std::vector<int32_t> known_pids_;                      // sorted: every pid whose cmdline was read
+  std::map<int32_t, serving::ServerInfo> servers_;       // the servers among them
+  // What is kept per server (engine, port, pid), dropped when the server is gone so that
+  // restarts (new pids) do not pile up state.
+  struct ServerState {
+    std::unordered_map<std::string, SeriesRef> refs;  // series key → ref
+    std::unordered_set<std::string> refused;          // series keys the sink refused
+    std::map<std::pair<std::string, std::string>, Counters> counters;  // (engine_index, model) → last scrape
+  };
+  using ServerKey = std::tuple<serving::Engine, uint16_t, int32_t>;
+  ServerState& StateOf(const serving::ServerInfo& server);
+  std::map<ServerKey, ServerState> states_;
+  size_t series_count_ = 0;  // refs across states_
+  size_t append_failures_ = 0;
+  std::string first_append_error_;
+  size_t over_series_bound_ = 0;
+};
+
+}  // namespace ithbat::collect

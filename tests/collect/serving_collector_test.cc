@@ -1,0 +1,289 @@
+// The serving collector end to end: a loopback httplib::Server serving a fixture /metrics body,
+// a fixture proc tree whose cmdline points at its port, and a FakeSink that records the result.
+#include "collect/serving/serving_collector.h"
+
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/file_util.h"
+#include "core/metric.h"
+#include "testutil/testutil.h"
+
+namespace ithbat::collect {
+namespace {
+
+using ::ithbat::testing::SourceDir;
+using ::ithbat::testing::TempDir;
+
+class FakeSink : public Sink {
+ public:
+  struct Series {
+    MetricDesc desc;
+    LabelSet labels;
+    std::vector<std::pair<TimeNs, double>> samples;
+  };
+
+  Result<SeriesRef> RegisterSeries(const MetricDesc& desc, const LabelSet& labels) override {
+    if (Status s = ValidateMetricDesc(desc); !s) return std::unexpected(s.error());
+    for (size_t i = 0; i < series.size(); i++) {
+      if (series[i].desc.name != desc.name) continue;
+      if (series[i].desc.help != desc.help || series[i].desc.type != desc.type || series[i].desc.unit != desc.unit) {
+        return MakeErrorF(ErrorCode::kInvalidArgument, "desc of {} conflicts", desc.name);
+      }
+      if (series[i].labels == labels) return static_cast<SeriesRef>(i);
+    }
+    series.push_back(Series{desc, labels, {}});
+    return static_cast<SeriesRef>(series.size() - 1);
+  }
+  Status Append(SeriesRef ref, TimeNs t, double value) override {
+    if (ref >= series.size()) return MakeError(ErrorCode::kNotFound, "unknown ref");
+    auto& s = series[ref].samples;
+    if (!s.empty() && t <= s.back().first) return MakeError(ErrorCode::kOutOfOrder, "not newer");
+    s.emplace_back(t, value);
+    return Ok();
+  }
+  Status AppendEvent(Event) override { return Ok(); }
+  Status RecordStep(std::string_view, int32_t, StepSpan) override { return Ok(); }
+
+  // The newest value of the series with this name whose labels include all of `want`.
+  std::optional<double> Last(std::string_view name,
+                             std::initializer_list<std::pair<std::string_view, std::string_view>> want) const {
+    for (const Series& s : series) {
+      if (s.desc.name != name || s.samples.empty()) continue;
+      bool match = true;
+      for (const auto& [k, v] : want) match = match && s.labels.Get(k) == v;
+      if (match) return s.samples.back().second;
+    }
+    return std::nullopt;
+  }
+  size_t Count(std::string_view name) const {
+    size_t n = 0;
+    for (const Series& s : series) n += s.desc.name == name ? 1 : 0;
+    return n;
+  }
+
+  std::vector<Series> series;
+};
+
+std::string Cmdline(std::initializer_list<std::string_view> argv) {
+  std::string s;
+  for (std::string_view a : argv) {
+    s.append(a);
+    s.push_back('\0');
+  }
+  return s;
+}
+
+// A /metrics server on a free loopback port, serving a body the test can change.
+class MetricsServer {
+ public:
+  MetricsServer() {
+    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      std::lock_guard lock(mu_);
+      res.set_content(body_, "text/plain; version=0.0.4");
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (port_ > 0 && !server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~MetricsServer() {
+    server_.stop();
+    thread_.join();
+  }
+  void SetBody(std::string body) {
+    std::lock_guard lock(mu_);
+    body_ = std::move(body);
+  }
+  int port() const { return port_; }
+
+ private:
+  httplib::Server server_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::string body_;
+  int port_ = 0;
+};
+
+std::string FixtureBody(int queries, int hits) {
+  auto text = ReadFileBounded(SourceDir() / "tests/collect/fixtures/serving/vllm_v1_metrics.txt", 1 << 20);
+  EXPECT_TRUE(text.has_value());
+  std::string body = text ? *text : std::string();
+  body.replace(body.find("QUERIES"), 7, std::to_string(queries));
+  body.replace(body.find("HITS"), 4, std::to_string(hits));
+  return body;
+}
+
+// A port nothing listens on: bound, then closed.
+int DeadPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);  // never listened: a connect is refused
+  return port;
+}
+
+TEST(ServingCollector, EndToEnd) {
+  MetricsServer server;
+  ASSERT_GT(server.port(), 0);
+  server.SetBody(FixtureBody(1000, 250));
+  const int dead = DeadPort();
+
+  TempDir proc;
+  const std::string port = std::to_string(server.port());
+  proc.WriteFile("4242/cmdline", Cmdline({"python3", "-m", "vllm.entrypoints.openai.api_server", "--model",
+                                          "meta-llama/Llama-3.1-8B-Instruct", "--port", port, "--max-num-seqs", "128",
+                                          "--enable-prefix-caching"}));
+  proc.WriteFile("4243/cmdline", Cmdline({"python3", "-m", "vllm.entrypoints.openai.api_server", "--port", port}));
+  proc.WriteFile("5000/cmdline", Cmdline({"python3", "-m", "sglang.launch_server", "--port", std::to_string(dead)}));
+  proc.WriteFile("6000/cmdline", Cmdline({"/usr/bin/python3", "train.py"}));
+
+  ServingOptions options;
+  options.procfs = proc.path();
+  auto collector = ServingCollector::Create(options);
+  for (const MetricDesc& d : collector->Describe()) {
+    EXPECT_TRUE(ValidateMetricDesc(d).has_value()) << d.name;
+  }
+  FakeSink sink;
+  ASSERT_TRUE(collector->Init(sink).has_value());
+  ASSERT_TRUE(collector->Start().has_value());
+  ASSERT_TRUE(collector->Collect(1000).has_value());
+
+  const std::pair<std::string_view, std::string_view> vllm = {"pid", "4242"};
+  EXPECT_EQ(sink.Last("ithbat_serving_up", {vllm, {"engine", "vllm"}, {"port", port}}), 1.0);
+  EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "5000"}, {"engine", "sglang"}}), 0.0);
+  EXPECT_EQ(sink.Count("ithbat_serving_up"), 2u);  // pid 4243 shares 4242's port: one server
+  EXPECT_EQ(sink.Last("ithbat_serving_requests_running",
+                      {vllm, {"engine_index", "0"}, {"model", "meta-llama/Llama-3.1-8B-Instruct"}}),
+            8.0);
+  EXPECT_EQ(sink.Last("ithbat_serving_requests_waiting", {vllm}), 3.0);
+  EXPECT_EQ(sink.Last("ithbat_serving_kv_cache_usage_ratio", {vllm}), 0.42);
+  EXPECT_EQ(sink.Last("ithbat_serving_prompt_tokens_total", {vllm}), 1196.0);
+  EXPECT_EQ(sink.Last("ithbat_serving_generation_tokens_total", {vllm}), 27453.0);
+  EXPECT_EQ(sink.Last("ithbat_serving_time_to_first_token_seconds_total", {vllm}), 6.5);
+  EXPECT_EQ(sink.Last("ithbat_serving_time_to_first_token_requests_total", {vllm}), 140.0);
+  EXPECT_EQ(sink.Last("ithbat_serving_prefill_seconds_total", {vllm}), 2.25);
+  EXPECT_EQ(sink.Last("ithbat_serving_decode_seconds_total", {vllm}), 120.5);
+  EXPECT_EQ(sink.Last("ithbat_serving_prefix_cache_queries_total", {vllm}), 1000.0);
+  EXPECT_EQ(sink.Last("ithbat_serving_prefix_cache_hits_total", {vllm}), 250.0);
+  EXPECT_EQ(sink.Last("ithbat_serving_max_num_seqs", {vllm}), 128.0);
+  EXPECT_EQ(sink.Last("ithbat_serving_prefix_caching_enabled", {vllm}), 1.0);
+  // The first scrape has no earlier counters: no derived ratio yet.
+  EXPECT_FALSE(sink.Last("ithbat_serving_prefix_cache_hit_ratio", {vllm}).has_value());
+
+  agent::CollectorHealth h = collector->Health();
+  EXPECT_TRUE(h.up);
+  EXPECT_GE(h.errors, 2u);  // the dead sglang server and the garbage line in the body
+  EXPECT_NE(h.last_error.find("pid"), std::string::npos) << h.last_error;
+
+  // Second tick: 600 more lookups of which 150 hit → 0.25.
+  server.SetBody(FixtureBody(1600, 400));
+  ASSERT_TRUE(collector->Collect(2000).has_value());
+  EXPECT_EQ(sink.Last("ithbat_serving_prefix_cache_hit_ratio", {vllm}), 0.25);
+  EXPECT_EQ(sink.Last("ithbat_serving_prefix_cache_queries_total", {vllm}), 1600.0);
+
+  // The server goes away: up 0, the collector stays up.
+  std::filesystem::remove_all(proc.path() / "4242");
+  std::filesystem::remove_all(proc.path() / "4243");
+  ASSERT_TRUE(collector->Collect(3000).has_value());
+  EXPECT_EQ(sink.Count("ithbat_serving_up"), 2u);
+  collector->Stop();
+}
+
+TEST(ServingCollector, OversizedBodyIsReported) {
+  MetricsServer server;
+  server.SetBody(std::string(4096, '#'));
+  TempDir proc;
+  proc.WriteFile("7/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(server.port())}));
+  ServingOptions options;
+  options.procfs = proc.path();
+  options.max_body_bytes = 1024;
+  auto collector = ServingCollector::Create(options);
+  FakeSink sink;
+  ASSERT_TRUE(collector->Init(sink).has_value());
+  ASSERT_TRUE(collector->Start().has_value());
+  ASSERT_TRUE(collector->Collect(1).has_value());
+  EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "7"}}), 0.0);
+  EXPECT_NE(collector->Health().last_error.find("exceeds"), std::string::npos) << collector->Health().last_error;
+}
+
+TEST(ServingCollector, CmdlineReadAgainOnlyOnRescan) {
+  TempDir proc;
+  proc.WriteFile("9/cmdline", Cmdline({"sleep", "100"}));
+  ServingOptions options;
+  options.procfs = proc.path();
+  options.rescan_every_ticks = 2;
+  auto collector = ServingCollector::Create(options);
+  FakeSink sink;
+  ASSERT_TRUE(collector->Init(sink).has_value());
+  ASSERT_TRUE(collector->Start().has_value());
+  ASSERT_TRUE(collector->Collect(1).has_value());  // tick 0: full scan, pid 9 is not a server
+  proc.WriteFile("9/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(DeadPort())}));
+  ASSERT_TRUE(collector->Collect(2).has_value());  // tick 1: pid 9 known, its cmdline not read again
+  EXPECT_EQ(sink.Count("ithbat_serving_up"), 0u);
+  proc.WriteFile("10/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(DeadPort())}));
+  ASSERT_TRUE(collector->Collect(3).has_value());  // tick 2: full rescan finds both
+  EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "9"}}), 0.0);
+  EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "10"}}), 0.0);
+}
+
+TEST(ServingCollector, NewPidIsFoundOnTheNextTick) {
+  TempDir proc;
+  ServingOptions options;
+  options.procfs = proc.path();
+  options.rescan_every_ticks = 1000;
+  auto collector = ServingCollector::Create(options);
+  FakeSink sink;
+  ASSERT_TRUE(collector->Init(sink).has_value());
+  ASSERT_TRUE(collector->Start().has_value());
+  ASSERT_TRUE(collector->Collect(1).has_value());
+  proc.WriteFile("11/cmdline", Cmdline({"text-generation-launcher", "--port", std::to_string(DeadPort()),
+                                        "--max-batch-size", "16"}));
+  ASSERT_TRUE(collector->Collect(2).has_value());
+  EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "11"}, {"engine", "tgi"}}), 0.0);
+  EXPECT_EQ(sink.Last("ithbat_serving_max_num_seqs", {{"pid", "11"}}), 16.0);
+}
+
+TEST(ServingCollector, MissingProcRoot) {
+  ServingOptions options;
+  options.procfs = "/nonexistent/proc";
+  auto collector = ServingCollector::Create(options);
+  FakeSink sink;
+  EXPECT_EQ(collector->Init(sink).error().code, ErrorCode::kNotFound);
+}
+
+TEST(ServingCollector, NoServersNoSeries) {
+  TempDir proc;
+  proc.WriteFile("1/cmdline", Cmdline({"/sbin/init"}));
+  ServingOptions options;
+  options.procfs = proc.path();
+  auto collector = ServingCollector::Create(options);
+  FakeSink sink;
+  ASSERT_TRUE(collector->Init(sink).has_value());
+  ASSERT_TRUE(collector->Start().has_value());
+  ASSERT_TRUE(collector->Collect(1).has_value());
+  EXPECT_TRUE(sink.series.empty());
+  EXPECT_EQ(collector->Health().errors, 0u);
+}
+
+}  // namespace
+}  // namespace ithbat::collect
