@@ -1,6 +1,9 @@
 // The GPU collector against the fake libnvidia-ml.so.1 (sim/), driven through the fake's
 // shared state: a default node of 8 H100, then faults (lost GPU, hung calls, NOT_SUPPORTED),
 // processes coming and going, Xid events. Written to a FakeSink that records everything.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -403,6 +406,106 @@ TEST_F(GpuFakeTest, StopReturnsWhileAGpuIsStillHung) {
   collector_.reset();
   ASSERT_TRUE(state_->SetHang(1, false));  // lets the abandoned call return and unload NVML
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
+
+// A real child process with exactly `env`, returned once it has exec'd (the CLOEXEC pipe
+// closes), so /proc/<pid>/environ is sleep's. Killed and reaped by the destructor.
+struct ChildProcess {
+  pid_t pid = -1;
+  ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+    std::vector<char*> a, e;
+    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    for (const auto& s : env) e.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    e.push_back(nullptr);
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return;
+    pid = fork();
+    if (pid == 0) {
+      execve(a[0], a.data(), e.data());
+      _exit(127);
+    }
+    close(p[1]);
+    char c;
+    while (read(p[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    close(p[0]);
+  }
+  ~ChildProcess() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+TEST_F(GpuFakeTest, ProcessSeriesCarryTheRealProcessIdentityButNoSecret) {
+  const std::string secret = "hunter2-do-not-leak-4711";
+  ChildProcess child({"/bin/sleep", "30"},
+                     {"SLURM_JOB_ID=777", "SLURM_PROCID=3", "RANK=3", "LOCAL_RANK=1", "WORLD_SIZE=16",
+                      "CUDA_VISIBLE_DEVICES=5", "AWS_SECRET_ACCESS_KEY=" + secret});
+  ASSERT_GT(child.pid, 0);
+  ASSERT_TRUE(state_->AddProcess(1, static_cast<uint32_t>(child.pid), 3ull << 30));
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const TimeNs t1 = Tick(1);
+  const std::string pid = std::to_string(child.pid);
+  auto s = sink_.FindWith("ithbat_gpu_process_memory_used_bytes", {{"pid", pid}});
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->labels.Get("job_id"), "777");
+  EXPECT_EQ(s->labels.Get("rank"), "3");
+  EXPECT_EQ(s->labels.Get("local_rank"), "1");
+  EXPECT_EQ(s->labels.Get("world_size"), "16");
+  EXPECT_EQ(s->labels.Get("pid"), pid);
+  // NVML's GPU wins over CUDA_VISIBLE_DEVICES, and the collector's gpu/gpu_uuid are kept.
+  EXPECT_EQ(s->labels.Get("gpu"), "1");
+  EXPECT_TRUE(s->labels.Get("gpu_uuid"));
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_process_memory_used_bytes", {{"gpu", "1"}, {"pid", pid}}, t1),
+            static_cast<double>(3ull << 30));
+  const TimeNs t2 = Tick(2);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_process_memory_used_bytes", {{"gpu", "1"}, {"pid", pid}, {"job_id", "777"}}, t2),
+            static_cast<double>(3ull << 30));
+  for (const auto& series : sink_.series()) {
+    EXPECT_THAT(series.labels.ToString(), ::testing::Not(HasSubstr(secret))) << series.desc.name;
+    EXPECT_THAT(series.labels.ToString(), ::testing::Not(HasSubstr("AWS_SECRET"))) << series.desc.name;
+  }
+  EXPECT_EQ(collector_->Health().errors, 0u) << collector_->Health().last_error;
+  // The process leaves NVML's list and comes back: a fresh series registration, same identity.
+  ASSERT_TRUE(state_->RemoveProcess(1, static_cast<uint32_t>(child.pid)));
+  const TimeNs t3 = Tick(3);
+  EXPECT_FALSE(sink_.ValueAt("ithbat_gpu_process_memory_used_bytes", {{"gpu", "1"}, {"pid", pid}}, t3));
+  ASSERT_TRUE(state_->AddProcess(1, static_cast<uint32_t>(child.pid), 1ull << 30));
+  const TimeNs t4 = Tick(4);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_process_memory_used_bytes",
+                          {{"gpu", "1"}, {"pid", pid}, {"job_id", "777"}, {"rank", "3"}}, t4),
+            static_cast<double>(1ull << 30));
+}
+
+TEST_F(GpuFakeTest, ProcessMissingFromProcKeepsPidAndGpuLabelsOnly) {
+  // A pid with no /proc entry (NVML can list a pid of another pid namespace, or one that
+  // just exited).
+  uint32_t missing = 4'000'000;
+  while (std::filesystem::exists(std::filesystem::path("/proc") / std::to_string(missing))) missing--;
+  ASSERT_TRUE(state_->AddProcess(1, missing, 1ull << 30));
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const TimeNs t1 = Tick(1);
+  const std::string pid = std::to_string(missing);
+  const uint64_t errors_after_first = collector_->Health().errors;
+  EXPECT_EQ(errors_after_first, 1u);
+  EXPECT_THAT(collector_->Health().last_error, HasSubstr(pid));
+  Tick(2);
+  const TimeNs t3 = Tick(3);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_process_memory_used_bytes", {{"gpu", "1"}, {"pid", pid}}, t1),
+            static_cast<double>(1ull << 30));
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_process_memory_used_bytes", {{"gpu", "1"}, {"pid", pid}}, t3),
+            static_cast<double>(1ull << 30));
+  auto s = sink_.FindWith("ithbat_gpu_process_memory_used_bytes", {{"pid", pid}});
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->labels.size(), 3u) << s->labels.ToString();  // gpu, gpu_uuid, pid
+  EXPECT_FALSE(s->labels.Get("job_id"));
+  EXPECT_FALSE(s->labels.Get("rank"));
+  EXPECT_EQ(sink_.CountSeries("ithbat_gpu_process_memory_used_bytes"), 1u);
+  // Reported once for the pid, not every tick.
+  EXPECT_EQ(collector_->Health().errors, errors_after_first);
 }
 
 }  // namespace

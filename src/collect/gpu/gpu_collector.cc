@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <utility>
 
@@ -108,7 +109,10 @@ std::unique_ptr<GpuCollector> GpuCollector::Create(GpuOptions options) {
 }
 
 GpuCollector::GpuCollector(GpuOptions options)
-    : Collector("gpu"), options_(std::move(options)), hub_(std::make_shared<Hub>()) {
+    : Collector("gpu"),
+      options_(std::move(options)),
+      hub_(std::make_shared<Hub>()),
+      resolver_(identity::IdentityResolver::Options{.proc_root = options_.proc_root}) {
   if (options_.gpu_deadline <= 0) options_.gpu_deadline = GpuOptions{}.gpu_deadline;
   if (options_.event_wait <= 0) options_.event_wait = GpuOptions{}.event_wait;
   if (options_.max_gpus == 0) options_.max_gpus = GpuOptions{}.max_gpus;
@@ -289,6 +293,8 @@ Status GpuCollector::CollectImpl(TimeNs t) {
     }
   }
 
+  UpdateProcesses(fresh);
+
   size_t stalled = 0;
   std::string reasons;
   auto add_reason = [&](const std::string& s) { reasons += reasons.empty() ? s : "; " + s; };
@@ -363,6 +369,67 @@ Status GpuCollector::CollectImpl(TimeNs t) {
   return Ok();
 }
 
+void GpuCollector::UpdateProcesses(const std::vector<uint8_t>& fresh) {
+  std::vector<uint32_t> now;
+  std::vector<uint32_t> added;
+  for (size_t i = 0; i < gpus_.size(); i++) {
+    if (!fresh[i]) continue;  // a stalled GPU's list is unknown: keep what it had
+    GpuState& g = *gpus_[i];
+    now.clear();
+    for (const GpuSample& s : g.reading.samples) {
+      if (s.metric == kGpuProcessMemory) now.push_back(s.key);
+    }
+    std::sort(now.begin(), now.end());
+    now.erase(std::unique(now.begin(), now.end()), now.end());
+    for (uint32_t pid : g.pids) {
+      if (std::binary_search(now.begin(), now.end(), pid)) continue;
+      // Gone from this GPU: a later process with the same pid gets a series of its own.
+      g.slots.erase(SlotKey(kGpuProcessMemory, pid));
+      auto it = processes_.find(pid);
+      if (it != processes_.end() && --it->second.gpus == 0) {
+        resolver_.Forget(static_cast<int32_t>(pid));
+        processes_.erase(it);
+      }
+    }
+    for (uint32_t pid : now) {
+      if (std::binary_search(g.pids.begin(), g.pids.end(), pid)) continue;
+      auto [it, inserted] = processes_.try_emplace(pid);
+      it->second.gpus++;
+      if (inserted) added.push_back(pid);
+    }
+    g.pids.swap(now);
+  }
+  if (added.empty()) return;
+  // NVML's pid -> GPU map wins over the process's own CUDA_VISIBLE_DEVICES.
+  std::unordered_map<int32_t, identity::GpuRef> nvml;
+  for (const auto& g : gpus_) {
+    for (uint32_t pid : g->pids) {
+      nvml.try_emplace(static_cast<int32_t>(pid),
+                       identity::GpuRef{static_cast<int32_t>(g->info.index), g->info.uuid});
+    }
+  }
+  for (uint32_t pid : added) {
+    // Once per appearance of the pid (not per tick): the resolver's answer is kept until the
+    // pid leaves every GPU's list.
+    Result<identity::ProcessIdentity> r =
+        pid <= static_cast<uint32_t>(INT32_MAX)
+            ? resolver_.Resolve(static_cast<int32_t>(pid), &nvml)
+            : Result<identity::ProcessIdentity>(MakeError(ErrorCode::kInvalidArgument, "pid out of range"));
+    if (!r) {
+      ReportError(Error{r.error().code, fmt::format("GPU process {}: identity not resolved ({}); its series carry "
+                                                    "pid and gpu only",
+                                                    pid, r.error().message)});
+      continue;
+    }
+    ProcessLabels& p = processes_[pid];
+    for (auto& [name, value] : r->identity.ToLabelPairs()) {
+      // The collector's own labels are authoritative.
+      if (name == "pid" || name == "gpu" || name == "gpu_uuid") continue;
+      p.labels.emplace_back(std::move(name), std::move(value));
+    }
+  }
+}
+
 void GpuCollector::Identified(GpuState& g, size_t position, const GpuStatic& id) {
   auto base = LabelSet::From({{"gpu", id.index_label}, {"gpu_uuid", id.uuid}});
   if (!base) {
@@ -400,6 +467,16 @@ Result<LabelSet> GpuCollector::SeriesLabels(const GpuState* gpu, uint16_t metric
     auto l = labels.With(def.d1.label, GpuLabelValue(def, 1, key));
     if (!l) return l;
     labels = std::move(*l);
+  }
+  if (metric == kGpuProcessMemory && gpu != nullptr) {
+    if (auto it = processes_.find(key); it != processes_.end()) {
+      for (const auto& [name, value] : it->second.labels) {
+        if (labels.Get(name)) continue;  // pid, gpu, gpu_uuid stay the collector's
+        auto l = labels.With(name, value);
+        if (!l) return l;
+        labels = std::move(*l);
+      }
+    }
   }
   return labels;
 }

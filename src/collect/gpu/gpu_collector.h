@@ -42,8 +42,22 @@
 // kGpuEvent "gpu_lost" once per transition and degrades the collector; other GPUs continue.
 //
 // Every NVML call is timed per family (count, sum, max, last: ithbat_gpu_nvml_call_*).
+//
+// Process identity: a compute process's series (ithbat_gpu_process_memory_used_bytes) also
+// carry job_id, rank, local_rank and world_size where known, from an IdentityResolver reading
+// the agent's real /proc (`proc_root`; collect/identity/README.md). A pid is resolved once, on
+// the worker, in the tick it first appears in any GPU's NVML list (NVML's pid -> GPU map is
+// passed as the map that wins); its labels are kept until it leaves every GPU's list, when
+// its series slot is dropped and the resolver forgets it. The collector's own pid, gpu and
+// gpu_uuid labels always win over the identity's. A pid that cannot be resolved (gone from
+// /proc, another pid namespace, unreadable) keeps pid/gpu labels only and is reported with
+// ReportError once per appearance of that pid (never per tick). Only allow-listed environment
+// variables ever reach the resolver's result; nothing of the environment is logged here.
+// Limit: a pid reused by another process while it stays in NVML's list keeps the first
+// process's labels (pid reuse within one tick interval while holding a GPU context).
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -56,6 +70,7 @@
 #include "collect/gpu/gpu_metrics.h"
 #include "collect/gpu/gpu_reader.h"
 #include "collect/gpu/nvml_library.h"
+#include "collect/identity/identity_resolver.h"
 #include "core/labels.h"
 #include "core/metric.h"
 #include "core/result.h"
@@ -75,6 +90,8 @@ struct GpuOptions {
   size_t max_gpus = 64;                // bound on devices (and MIG instances) handled
   size_t max_processes_per_gpu = 256;  // bound on compute processes listed per GPU
   std::vector<std::string> hidden_symbols;  // tests: resolve these NVML symbols as missing
+  // Where process identities are read (the agent's own /proc; only tests change it).
+  std::filesystem::path proc_root = "/proc";
 };
 
 class GpuCollector final : public agent::Collector {
@@ -116,6 +133,12 @@ class GpuCollector final : public agent::Collector {
     bool stalled = false;
     TimeNs stalled_since = 0;  // monotonic
     uint64_t xids_seen = 0;
+    std::vector<uint32_t> pids;  // compute processes with a memory series in the last fresh reading
+  };
+  // A compute process seen in some GPU's NVML list.
+  struct ProcessLabels {
+    std::vector<std::pair<std::string, std::string>> labels;  // job_id, rank, ... (no pid/gpu)
+    size_t gpus = 0;  // how many GPUs list it now; forgotten at 0
   };
 
   explicit GpuCollector(GpuOptions options);
@@ -126,6 +149,8 @@ class GpuCollector final : public agent::Collector {
   Result<LabelSet> SeriesLabels(const GpuState* gpu, uint16_t metric, uint32_t key) const;
   bool EmitSlot(Slot& slot, bool is_new, const GpuState* gpu, uint16_t metric, uint32_t key, double value, TimeNs t);
   void StopThreads();
+  // Tracks which pids each fresh GPU lists, resolving new ones and forgetting gone ones.
+  void UpdateProcesses(const std::vector<uint8_t>& fresh);
 
   GpuOptions options_;
   std::shared_ptr<NvmlLibrary> lib_;
@@ -141,6 +166,8 @@ class GpuCollector final : public agent::Collector {
   std::string init_notes_;  // from Init: missing optional exports, MIG, skipped GPUs
   size_t append_failures_ = 0;
   std::string first_append_error_;
+  identity::IdentityResolver resolver_;
+  std::unordered_map<uint32_t, ProcessLabels> processes_;  // by pid
 };
 
 }  // namespace ithbat::collect

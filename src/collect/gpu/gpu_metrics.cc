@@ -148,6 +148,10 @@ std::vector<MetricDesc> GpuMetricDescs() {
     }
     if (!d.d0.label.empty()) desc.label_names.emplace_back(d.d0.label);
     if (!d.d1.label.empty()) desc.label_names.emplace_back(d.d1.label);
+    // Where known (collect/identity): the collector adds the process's job and ranks.
+    if (d.id == kGpuProcessMemory) {
+      desc.label_names.insert(desc.label_names.end(), {"job_id", "rank", "local_rank", "world_size"});
+    }
     out.push_back(std::move(desc));
   }
   return out;
