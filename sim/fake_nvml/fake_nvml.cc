@@ -71,6 +71,10 @@ sim::StateMapping* g_mapping = nullptr;  // guarded by g_init_mu
 std::atomic<FakeStateLayout*> g_layout{nullptr};
 std::atomic<int> g_active_calls{0};
 nvmlDevice_st g_devices[sim::kMaxGpus];
+// MIG device handles: one per (GPU, MIG slot), distinct from every parent handle like the real
+// library's. index = gpu * kMaxMigInstances + slot (slot = position in GpuConfig::mig).
+constexpr uint32_t kMigDeviceMagic = 0x4e564d47;  // "NVMG"
+nvmlDevice_st g_mig_devices[sim::kMaxGpus * sim::kMaxMigInstances];
 
 // Counts calls in flight so nvmlShutdown never unmaps under a blocked (hung) call.
 class CallScope {
@@ -155,6 +159,62 @@ bool Derive(const Device& d, sim::Derived* out) {
 
 bool MigEnabled(const GpuConfig& c) { return c.mig_mode_current == NVML_DEVICE_MIG_ENABLE; }
 
+bool IsMigHandle(nvmlDevice_t device) {
+  const auto p = reinterpret_cast<uintptr_t>(device);
+  const auto lo = reinterpret_cast<uintptr_t>(&g_mig_devices[0]);
+  const auto hi = reinterpret_cast<uintptr_t>(&g_mig_devices[sim::kMaxGpus * sim::kMaxMigInstances]);
+  return p >= lo && p < hi && (p - lo) % sizeof(nvmlDevice_st) == 0 && device->magic == kMigDeviceMagic;
+}
+
+uint32_t MigCount(const GpuConfig& c) {
+  return MigEnabled(c) ? std::min(c.mig_instance_count, sim::kMaxMigInstances) : 0;
+}
+
+// Resolves a MIG handle to its parent (faults apply as the parent's) and its instance. A handle
+// whose instance no longer exists (MIG reconfigured or off) is INVALID_ARGUMENT, as a stale
+// handle is for the real library.
+nvmlReturn_t EnterMig(size_t fn_index, nvmlDevice_t device, Device* out, sim::MigInstance* mig) {
+  FakeStateLayout* layout = g_layout.load(std::memory_order_seq_cst);
+  if (layout == nullptr) return NVML_ERROR_UNINITIALIZED;
+  if (!IsMigHandle(device)) return NVML_ERROR_INVALID_ARGUMENT;
+  const uint32_t gpu = device->index / sim::kMaxMigInstances;
+  const uint32_t slot = device->index % sim::kMaxMigInstances;
+  if (gpu >= GpuCount(layout)) return NVML_ERROR_INVALID_ARGUMENT;
+  out->layout = layout;
+  out->index = gpu;
+  out->slot = &layout->gpus[gpu];
+  if (nvmlReturn_t r = ApplyFaults(out->slot, fn_index); r != NVML_SUCCESS) return r;
+  if (!sim::ReadConfig(*out->slot, &out->config)) return NVML_ERROR_UNKNOWN;
+  if (slot >= MigCount(out->config)) return NVML_ERROR_INVALID_ARGUMENT;
+  *mig = out->config.mig[slot];
+  return NVML_SUCCESS;
+}
+
+// An instance's memory: its share of the board by compute slices (7 = the whole GPU).
+uint64_t MigMemoryTotal(const GpuConfig& c, const sim::MigInstance& m) {
+  return c.memory_total_bytes / 7 * std::min<uint32_t>(m.slices, 7);
+}
+
+// Memory belongs to the GPU instance (compute instances share it).
+uint64_t MigProcessMemory(const GpuConfig& c, const sim::MigInstance& m) {
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < c.process_count && i < sim::kMaxProcesses; ++i) {
+    if (c.processes[i].gpu_instance_id == m.gpu_instance_id) sum += c.processes[i].used_bytes;
+  }
+  return sum;
+}
+
+// "MIG-" + the parent's UUID body with its last four hex digits replaced by gi/ci: distinct per
+// instance and per parent, stable across calls.
+void MigUuid(const GpuConfig& c, const sim::MigInstance& m, char* out, size_t cap) {
+  std::string body(c.uuid, strnlen(c.uuid, sizeof(c.uuid)));
+  if (body.rfind("GPU-", 0) == 0) body.erase(0, 4);
+  char tail[8];
+  std::snprintf(tail, sizeof(tail), "%02x%02x", m.gpu_instance_id & 0xff, m.compute_instance_id & 0xff);
+  if (body.size() >= 4) body.replace(body.size() - 4, 4, tail);
+  std::snprintf(out, cap, "MIG-%s", body.c_str());
+}
+
 unsigned long long EccSum(const GpuConfig& c, int type, int counter) {
   unsigned long long sum = 0;
   for (uint32_t l = 0; l < sim::kEccLocations; ++l) sum += c.ecc[type][counter][l];
@@ -212,6 +272,17 @@ long long NowUs() { return sim::RealtimeNs() / 1000; }
   Device d;                           \
   if (nvmlReturn_t r_ = EnterDevice(kFnIndex, (device), &d); r_ != NVML_SUCCESS) return r_
 
+// For calls that also answer on a MIG device handle: is_mig / mig describe the instance, d its parent.
+#define FAKE_ENTER_DEVICE_OR_MIG(fn, device)                                                        \
+  FAKE_CHECK_EXPORT(fn);                                                                            \
+  CallScope call_scope;                                                                             \
+  Device d;                                                                                         \
+  sim::MigInstance mig{};                                                                           \
+  const bool is_mig = IsMigHandle(device);                                                          \
+  if (nvmlReturn_t r_ = is_mig ? EnterMig(kFnIndex, (device), &d, &mig) : EnterDevice(kFnIndex, (device), &d); \
+      r_ != NVML_SUCCESS)                                                                           \
+  return r_
+
 #define FAKE_ENTER_GLOBAL(fn)        \
   FAKE_CHECK_EXPORT(fn);             \
   (void)kFnIndex;                    \
@@ -260,6 +331,9 @@ static nvmlReturn_t InitLocked() {
                                                       : NVML_ERROR_UNKNOWN;
   }
   for (uint32_t i = 0; i < sim::kMaxGpus; ++i) g_devices[i] = nvmlDevice_st{kDeviceMagic, i};
+  for (uint32_t i = 0; i < sim::kMaxGpus * sim::kMaxMigInstances; ++i) {
+    g_mig_devices[i] = nvmlDevice_st{kMigDeviceMagic, i};
+  }
   g_mapping = mapping;
   g_refcount = 1;
   g_layout.store(mapping->layout(), std::memory_order_seq_cst);
@@ -435,7 +509,12 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned* index) {
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned length) {
-  FAKE_ENTER_DEVICE(nvmlDeviceGetUUID, device);
+  FAKE_ENTER_DEVICE_OR_MIG(nvmlDeviceGetUUID, device);
+  if (is_mig) {
+    char mig_uuid[96];
+    MigUuid(d.config, mig, mig_uuid, sizeof(mig_uuid));
+    return CopyString(mig_uuid, uuid, length);
+  }
   return CopyString(d.config.uuid, uuid, length);
 }
 
@@ -481,9 +560,10 @@ nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitectu
 // Utilisation, memory, clocks, power, temperature
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
-  FAKE_ENTER_DEVICE(nvmlDeviceGetUtilizationRates, device);
+  FAKE_ENTER_DEVICE_OR_MIG(nvmlDeviceGetUtilizationRates, device);
   if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  if (MigEnabled(d.config)) return NVML_ERROR_NOT_SUPPORTED;  // per-instance only under MIG
+  // Neither the partitioned parent nor a MIG device answers (§1: GPM per instance instead).
+  if (is_mig || MigEnabled(d.config)) return NVML_ERROR_NOT_SUPPORTED;
   sim::Derived v;
   if (!Derive(d, &v)) return NVML_ERROR_UNKNOWN;
   utilization->gpu = Percent(v.util_busy);
@@ -492,8 +572,16 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-  FAKE_ENTER_DEVICE(nvmlDeviceGetMemoryInfo, device);
+  FAKE_ENTER_DEVICE_OR_MIG(nvmlDeviceGetMemoryInfo, device);
   if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (is_mig) {
+    const uint64_t total = MigMemoryTotal(d.config, mig);
+    const uint64_t used = std::min(total, MigProcessMemory(d.config, mig));
+    memory->total = total;
+    memory->used = used;
+    memory->free = total - used;
+    return NVML_SUCCESS;
+  }
   // v1 folds the driver's reservation into "used".
   const uint64_t used =
       std::min(d.config.memory_total_bytes, d.config.memory_reserved_bytes + ProcessMemory(d.config));
@@ -504,8 +592,17 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) 
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
-  FAKE_ENTER_DEVICE(nvmlDeviceGetMemoryInfo_v2, device);
+  FAKE_ENTER_DEVICE_OR_MIG(nvmlDeviceGetMemoryInfo_v2, device);
   FAKE_CHECK_VERSION(memory, nvmlMemory_v2);
+  if (is_mig) {
+    const uint64_t total = MigMemoryTotal(d.config, mig);
+    const uint64_t used = std::min(total, MigProcessMemory(d.config, mig));
+    memory->total = total;
+    memory->reserved = 0;
+    memory->used = used;
+    memory->free = total - used;
+    return NVML_SUCCESS;
+  }
   const uint64_t total = d.config.memory_total_bytes;
   const uint64_t reserved = std::min(total, d.config.memory_reserved_bytes);
   const uint64_t used = std::min(total - reserved, ProcessMemory(d.config));
@@ -967,16 +1064,24 @@ nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned* width)
 
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned* info_count,
                                                      nvmlProcessInfo_t* infos) {
-  FAKE_ENTER_DEVICE(nvmlDeviceGetComputeRunningProcesses_v3, device);
+  FAKE_ENTER_DEVICE_OR_MIG(nvmlDeviceGetComputeRunningProcesses_v3, device);
   if (info_count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  const unsigned n = std::min(d.config.process_count, sim::kMaxProcesses);
+  // On a MIG device: only the processes on that instance.
+  const sim::ProcessEntry* listed[sim::kMaxProcesses];
+  unsigned n = 0;
+  for (uint32_t i = 0; i < std::min(d.config.process_count, sim::kMaxProcesses); ++i) {
+    const sim::ProcessEntry& p = d.config.processes[i];
+    if (is_mig && (p.gpu_instance_id != mig.gpu_instance_id || p.compute_instance_id != mig.compute_instance_id))
+      continue;
+    listed[n++] = &p;
+  }
   if (*info_count < n) {
     *info_count = n;
     return NVML_ERROR_INSUFFICIENT_SIZE;
   }
   if (n > 0 && infos == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   for (unsigned i = 0; i < n; ++i) {
-    const sim::ProcessEntry& p = d.config.processes[i];
+    const sim::ProcessEntry& p = *listed[i];
     infos[i] = nvmlProcessInfo_t{p.pid, p.used_bytes, p.gpu_instance_id, p.compute_instance_id};
   }
   *info_count = n;
@@ -1255,6 +1360,54 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned* current_mode, u
   if (current_mode == nullptr || pending_mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   *current_mode = d.config.mig_mode_current;
   *pending_mode = d.config.mig_mode_pending;
+  return NVML_SUCCESS;
+}
+
+// MIG device enumeration. The max count is the populated-or-not slot count (kMaxMigInstances,
+// as 7 on an H100) while MIG is on, 0 while it is off (SUCCESS either way, like the real one).
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned* count) {
+  FAKE_ENTER_DEVICE(nvmlDeviceGetMaxMigDeviceCount, device);
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *count = MigEnabled(d.config) ? sim::kMaxMigInstances : 0;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned index, nvmlDevice_t* mig_device) {
+  FAKE_ENTER_DEVICE(nvmlDeviceGetMigDeviceHandleByIndex, device);
+  if (mig_device == nullptr || index >= sim::kMaxMigInstances) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!MigEnabled(d.config)) return NVML_ERROR_NOT_SUPPORTED;
+  if (index >= MigCount(d.config)) return NVML_ERROR_NOT_FOUND;
+  *mig_device = &g_mig_devices[d.index * sim::kMaxMigInstances + index];
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned* is_mig_device) {
+  FAKE_ENTER_DEVICE_OR_MIG(nvmlDeviceIsMigDeviceHandle, device);
+  if (is_mig_device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *is_mig_device = is_mig ? 1 : 0;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned* id) {
+  FAKE_ENTER_DEVICE_OR_MIG(nvmlDeviceGetGpuInstanceId, device);
+  if (id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!is_mig) return NVML_ERROR_NOT_SUPPORTED;
+  *id = mig.gpu_instance_id;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned* id) {
+  FAKE_ENTER_DEVICE_OR_MIG(nvmlDeviceGetComputeInstanceId, device);
+  if (id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!is_mig) return NVML_ERROR_NOT_SUPPORTED;
+  *id = mig.compute_instance_id;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig_device, nvmlDevice_t* device) {
+  FAKE_ENTER_DEVICE_OR_MIG(nvmlDeviceGetDeviceHandleFromMigDeviceHandle, mig_device);
+  if (device == nullptr || !is_mig) return NVML_ERROR_INVALID_ARGUMENT;
+  *device = &g_devices[d.index];
   return NVML_SUCCESS;
 }
 

@@ -321,6 +321,76 @@ TEST_F(GpuFakeTest, HardwareCountersAndStatesFollowTheDevice) {
   EXPECT_EQ(sink_.ValueAt("ithbat_gpu_mig_enabled", {{"gpu", "6"}}, t2), 0.0);
 }
 
+// MIG on GPU 0 with three instances (two GPU instances, the second split into two compute
+// instances): each is a GPU of its own with parent_gpu and its MIG UUID; utilisation (NOT_SUPPORTED
+// on MIG devices) is absent; MIG off again: the instance series stop, the count is 0.
+TEST_F(GpuFakeTest, MigInstancesAreExportedAsGpusOfTheirOwn) {
+  ASSERT_TRUE(state_->SetMigMode(0, true));
+  ASSERT_TRUE(state_->Modify(0, [](sim::GpuConfig& c) {
+    c.mig_instance_count = 3;
+    c.mig[0] = sim::MigInstance{1, 0, 3, 0};
+    c.mig[1] = sim::MigInstance{2, 0, 2, 0};
+    c.mig[2] = sim::MigInstance{2, 1, 2, 0};
+    c.process_count = 2;
+    c.processes[0] = sim::ProcessEntry{5001, 1, 0, 0, 3ull << 30};
+    c.processes[1] = sim::ProcessEntry{5002, 2, 1, 0, 1ull << 30};
+  }));
+  const uint64_t total = state_->Config(0)->memory_total_bytes;
+  ASSERT_NO_FATAL_FAILURE(Start());
+  Tick(1);
+  const TimeNs t2 = Tick(2);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_mig_instances", {{"gpu", "0"}}, t2), 3.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_mig_instances", {{"gpu", "1"}}, t2), 0.0);
+
+  std::set<std::string> uuids;
+  for (const std::string gpu : {"0/1/0", "0/2/0", "0/2/1"}) {
+    auto info = sink_.FindWith("ithbat_gpu_info", {{"gpu", gpu}});
+    ASSERT_TRUE(info) << gpu;
+    EXPECT_EQ(info->labels.Get("parent_gpu"), std::optional<std::string_view>("0")) << gpu;
+    const std::string uuid(info->labels.Get("gpu_uuid").value_or(""));
+    EXPECT_TRUE(uuid.starts_with("MIG-")) << uuid;
+    uuids.insert(uuid);
+    for (const char* name : {"ithbat_gpu_memory_total_bytes", "ithbat_gpu_memory_free_bytes",
+                             "ithbat_gpu_memory_used_bytes", "ithbat_gpu_compute_processes"}) {
+      auto s = sink_.FindWith(name, {{"gpu", gpu}});
+      ASSERT_TRUE(s) << name << " " << gpu;
+      EXPECT_EQ(s->labels.Get("gpu_uuid"), std::optional<std::string_view>(uuid));
+      EXPECT_EQ(s->labels.Get("parent_gpu"), std::optional<std::string_view>("0"));
+      EXPECT_TRUE(sink_.ValueAt(name, {{"gpu", gpu}}, t2)) << name << " " << gpu;
+    }
+    EXPECT_FALSE(sink_.FindWith("ithbat_gpu_utilization_ratio", {{"gpu", gpu}})) << gpu;
+  }
+  EXPECT_EQ(uuids.size(), 3u);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_memory_total_bytes", {{"gpu", "0/1/0"}}, t2),
+            static_cast<double>(total / 7 * 3));
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_memory_used_bytes", {{"gpu", "0/1/0"}}, t2),
+            static_cast<double>(3ull << 30));
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_compute_processes", {{"gpu", "0/1/0"}}, t2), 1.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_compute_processes", {{"gpu", "0/2/0"}}, t2), 0.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_compute_processes", {{"gpu", "0/2/1"}}, t2), 1.0);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_process_memory_used_bytes", {{"gpu", "0/2/1"}, {"pid", "5002"}}, t2),
+            static_cast<double>(1ull << 30));
+  // The parent keeps its own series (gpu="0", no parent_gpu).
+  auto parent = sink_.FindWith("ithbat_gpu_memory_total_bytes", {{"gpu", "0"}});
+  ASSERT_TRUE(parent);
+  EXPECT_FALSE(parent->labels.Get("parent_gpu"));
+
+  ASSERT_TRUE(state_->SetMigMode(0, false));
+  const TimeNs t3 = Tick(3);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_mig_instances", {{"gpu", "0"}}, t3), 0.0);
+  EXPECT_FALSE(sink_.ValueAt("ithbat_gpu_memory_total_bytes", {{"gpu", "0/1/0"}}, t3));
+  EXPECT_FALSE(sink_.ValueAt("ithbat_gpu_info", {{"gpu", "0/2/1"}}, t3));
+}
+
+TEST_F(GpuFakeTest, MigOffExportsNoInstances) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const TimeNs t1 = Tick(1);
+  EXPECT_EQ(sink_.ValueAt("ithbat_gpu_mig_instances", {{"gpu", "0"}}, t1), 0.0);
+  for (const auto& s : sink_.series()) {
+    EXPECT_FALSE(s.labels.Get("parent_gpu")) << s.desc.name << s.labels.ToString();
+  }
+}
+
 TEST_F(GpuFakeTest, XidArrivesAsAnEvent) {
   ASSERT_NO_FATAL_FAILURE(Start());
   Tick(1);  // identifies the GPUs; the event thread then registers them

@@ -484,6 +484,88 @@ TEST_F(FakeNvmlTest, FieldValuesFillPerEntryResults) {
   EXPECT_EQ(dbe, 2u);
 }
 
+TEST_F(FakeNvmlTest, MigDevicesLikeTheRealLibrary) {
+  nv::nvmlDevice_t gpu0 = Handle(0);
+  // MIG off: no MIG devices, the enumeration call is NOT_SUPPORTED.
+  unsigned max_count = 99;
+  ASSERT_EQ(NVML(nvmlDeviceGetMaxMigDeviceCount)(gpu0, &max_count), nv::NVML_SUCCESS);
+  EXPECT_EQ(max_count, 0u);
+  nv::nvmlDevice_t mig = nullptr;
+  EXPECT_EQ(NVML(nvmlDeviceGetMigDeviceHandleByIndex)(gpu0, 0, &mig), nv::NVML_ERROR_NOT_SUPPORTED);
+
+  ASSERT_TRUE(state_->SetMigMode(0, true));
+  ASSERT_TRUE(state_->Modify(0, [](GpuConfig& c) {
+    c.mig_instance_count = 2;
+    c.mig[0] = MigInstance{1, 0, 4, 0};
+    c.mig[1] = MigInstance{5, 2, 1, 0};
+    c.process_count = 2;
+    c.processes[0] = ProcessEntry{700, 1, 0, 0, 2 * kGiB};
+    c.processes[1] = ProcessEntry{701, 5, 2, 0, 1 * kGiB};
+  }));
+  ASSERT_EQ(NVML(nvmlDeviceGetMaxMigDeviceCount)(gpu0, &max_count), nv::NVML_SUCCESS);
+  EXPECT_EQ(max_count, kMaxMigInstances);
+  EXPECT_EQ(NVML(nvmlDeviceGetMigDeviceHandleByIndex)(gpu0, 2, &mig), nv::NVML_ERROR_NOT_FOUND);
+  EXPECT_EQ(NVML(nvmlDeviceGetMigDeviceHandleByIndex)(gpu0, max_count, &mig), nv::NVML_ERROR_INVALID_ARGUMENT);
+
+  const uint64_t total = state_->Config(0)->memory_total_bytes;
+  char parent_uuid[nv::NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+  ASSERT_EQ(NVML(nvmlDeviceGetUUID)(gpu0, parent_uuid, sizeof(parent_uuid)), nv::NVML_SUCCESS);
+  std::set<std::string> uuids{parent_uuid};
+  const unsigned expect_gi[] = {1, 5}, expect_ci[] = {0, 2}, slices[] = {4, 1};
+  const uint64_t used[] = {2 * kGiB, 1 * kGiB};
+  const unsigned pids[] = {700, 701};
+  for (unsigned i = 0; i < 2; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(NVML(nvmlDeviceGetMigDeviceHandleByIndex)(gpu0, i, &mig), nv::NVML_SUCCESS);
+    EXPECT_NE(mig, gpu0);
+    unsigned is_mig = 0, gi = 0, ci = 0;
+    ASSERT_EQ(NVML(nvmlDeviceIsMigDeviceHandle)(mig, &is_mig), nv::NVML_SUCCESS);
+    EXPECT_EQ(is_mig, 1u);
+    ASSERT_EQ(NVML(nvmlDeviceGetGpuInstanceId)(mig, &gi), nv::NVML_SUCCESS);
+    ASSERT_EQ(NVML(nvmlDeviceGetComputeInstanceId)(mig, &ci), nv::NVML_SUCCESS);
+    EXPECT_EQ(gi, expect_gi[i]);
+    EXPECT_EQ(ci, expect_ci[i]);
+    nv::nvmlDevice_t parent = nullptr;
+    ASSERT_EQ(NVML(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)(mig, &parent), nv::NVML_SUCCESS);
+    EXPECT_EQ(parent, gpu0);
+    char uuid[nv::NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    ASSERT_EQ(NVML(nvmlDeviceGetUUID)(mig, uuid, sizeof(uuid)), nv::NVML_SUCCESS);
+    EXPECT_EQ(std::string(uuid).rfind("MIG-", 0), 0u) << uuid;
+    uuids.insert(uuid);
+    nv::nvmlMemory_t m{};
+    ASSERT_EQ(NVML(nvmlDeviceGetMemoryInfo)(mig, &m), nv::NVML_SUCCESS);
+    EXPECT_EQ(m.total, total / 7 * slices[i]);
+    EXPECT_EQ(m.used, used[i]);
+    EXPECT_EQ(m.free, m.total - m.used);
+    nv::nvmlUtilization_t u{};
+    EXPECT_EQ(NVML(nvmlDeviceGetUtilizationRates)(mig, &u), nv::NVML_ERROR_NOT_SUPPORTED);
+    nv::nvmlProcessInfo_t infos[4];
+    unsigned n = 4;
+    ASSERT_EQ(NVML(nvmlDeviceGetComputeRunningProcesses_v3)(mig, &n, infos), nv::NVML_SUCCESS);
+    ASSERT_EQ(n, 1u);
+    EXPECT_EQ(infos[0].pid, pids[i]);
+    // Calls the MIG device does not answer reject its handle.
+    unsigned mw = 0;
+    EXPECT_NE(NVML(nvmlDeviceGetPowerUsage)(mig, &mw), nv::NVML_SUCCESS);
+  }
+  EXPECT_EQ(uuids.size(), 3u);
+  // The parent is not a MIG device and has no instance ids.
+  unsigned is_mig = 1, id = 0;
+  ASSERT_EQ(NVML(nvmlDeviceIsMigDeviceHandle)(gpu0, &is_mig), nv::NVML_SUCCESS);
+  EXPECT_EQ(is_mig, 0u);
+  EXPECT_EQ(NVML(nvmlDeviceGetGpuInstanceId)(gpu0, &id), nv::NVML_ERROR_NOT_SUPPORTED);
+  nv::nvmlDevice_t parent = nullptr;
+  EXPECT_EQ(NVML(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)(gpu0, &parent), nv::NVML_ERROR_INVALID_ARGUMENT);
+  // Another GPU's MIG devices are distinct handles; MIG off again makes the old handle stale.
+  ASSERT_TRUE(state_->SetMigMode(1, true));
+  nv::nvmlDevice_t mig1 = nullptr;
+  ASSERT_EQ(NVML(nvmlDeviceGetMigDeviceHandleByIndex)(Handle(1), 0, &mig1), nv::NVML_SUCCESS);
+  EXPECT_NE(mig1, mig);
+  ASSERT_TRUE(state_->SetMigMode(0, false));
+  nv::nvmlMemory_t m{};
+  EXPECT_EQ(NVML(nvmlDeviceGetMemoryInfo)(mig, &m), nv::NVML_ERROR_INVALID_ARGUMENT);
+}
+
 TEST_F(FakeNvmlTest, AnotherProcessWritesWhatThisOneReads) {
   // An event set sees events pushed after it was created: create it before the writer starts.
   nv::nvmlEventSet_t set = nullptr;

@@ -184,6 +184,7 @@ Status GpuCollector::StartImpl() {
         work.tick_id = r->request_tick;
         lk.unlock();
         work.samples.clear();
+        work.mig.clear();
         work.errors.clear();
         work.identity.reset();
         work.lost = false;
@@ -335,6 +336,7 @@ Status GpuCollector::CollectImpl(TimeNs t) {
       }
       for (const Error& err : rd.errors) ReportError(err);
       for (const GpuSample& s : rd.samples) EmitGpu(g, s.metric, s.key, s.value, t);
+      EmitMig(g, t);
     }
     EmitGpu(g, kGpuLost, 0, g.lost ? 1 : 0, t);
     if (g.lost) add_reason(fmt::format("GPU {} ({}) is lost (GPU_IS_LOST)", g.info.index_label, g.info.uuid));
@@ -444,6 +446,39 @@ void GpuCollector::Identified(GpuState& g, size_t position, const GpuStatic& id)
   g.slots.clear();
   // Handed to the event thread in one batch at the end of the tick (see CollectImpl).
   new_targets_.push_back(GpuEventTarget{id.device, position, static_cast<int32_t>(id.index), id.index_label, id.uuid});
+}
+
+void GpuCollector::EmitMig(GpuState& g, TimeNs t) {
+  // The instances of this reading replace the previous ones: a MIG device gone (reconfigured,
+  // MIG off, GPU lost) drops its state, so its series are no longer appended.
+  std::vector<std::unique_ptr<GpuState>> next;
+  next.reserve(g.reading.mig.size());
+  for (const GpuMigReading& m : g.reading.mig) {
+    std::unique_ptr<GpuState> inst;
+    for (auto& old : g.mig) {
+      if (old && old->info.uuid == m.identity.uuid && old->info.index_label == m.identity.index_label) {
+        inst = std::move(old);
+        break;
+      }
+    }
+    if (!inst) {
+      auto base = LabelSet::From(
+          {{"gpu", m.identity.index_label}, {"gpu_uuid", m.identity.uuid}, {"parent_gpu", m.identity.parent_index}});
+      if (!base) {
+        ReportError(Error{base.error().code, fmt::format("MIG device {}: {}", m.identity.index_label,
+                                                         base.error().message)});
+        continue;
+      }
+      inst = std::make_unique<GpuState>();
+      inst->info = m.identity;
+      inst->base = std::move(*base);
+      inst->identified = true;
+    }
+    EmitGpu(*inst, kGpuInfo, 0, 1, t);
+    for (const GpuSample& s : m.samples) EmitGpu(*inst, s.metric, s.key, s.value, t);
+    next.push_back(std::move(inst));
+  }
+  g.mig = std::move(next);
 }
 
 Result<LabelSet> GpuCollector::SeriesLabels(const GpuState* gpu, uint16_t metric, uint32_t key) const {

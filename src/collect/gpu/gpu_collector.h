@@ -32,9 +32,12 @@
 //   thread never touches a destroyed collector.
 //
 // Series policy: every series carries gpu (NVML index) and gpu_uuid. MIG: ithbat_gpu_mig_enabled
-// says when a GPU is partitioned; its instances are not yet collected as GPUs of their own
-// (the ABI subset lacks MIG device enumeration; GpuStatic/labels already carry parent_gpu for
-// when it does), and Init notes it in the degraded reason. A value NVML reports NOT_SUPPORTED (or
+// says when a GPU is partitioned; then its reader enumerates the MIG devices every tick
+// (bounded by nvmlDeviceGetMaxMigDeviceCount), ithbat_gpu_mig_instances counts them on the
+// parent, and each is exported as a GPU of its own with gpu="<parent>/<gi>/<ci>", gpu_uuid = its
+// MIG UUID and parent_gpu = the parent's index, carrying what NVML answers for MIG devices
+// (info, memory total/free/used, compute processes). A MIG device that disappears stops being
+// appended. A value NVML reports NOT_SUPPORTED (or
 // NO_PERMISSION) is never exported, not even as 0, and that call is not made again for that
 // GPU. Per-link NVLink error counters are registered only the first time they are non-zero
 // (18 links × 5 counters × 8 GPUs of steady zeros would be most of the node's series);
@@ -134,6 +137,7 @@ class GpuCollector final : public agent::Collector {
     TimeNs stalled_since = 0;  // monotonic
     uint64_t xids_seen = 0;
     std::vector<uint32_t> pids;  // compute processes with a memory series in the last fresh reading
+    std::vector<std::unique_ptr<GpuState>> mig;  // MIG devices of the last fresh reading
   };
   // A compute process seen in some GPU's NVML list.
   struct ProcessLabels {
@@ -146,6 +150,8 @@ class GpuCollector final : public agent::Collector {
   void Identified(GpuState& gpu, size_t position, const GpuStatic& id);
   void EmitGpu(GpuState& gpu, uint16_t metric, uint32_t key, double value, TimeNs t);
   void EmitCallStats(TimeNs t);
+  // Exports the MIG devices of gpu's fresh reading as GPUs of their own.
+  void EmitMig(GpuState& gpu, TimeNs t);
   Result<LabelSet> SeriesLabels(const GpuState* gpu, uint16_t metric, uint32_t key) const;
   bool EmitSlot(Slot& slot, bool is_new, const GpuState* gpu, uint16_t metric, uint32_t key, double value, TimeNs t);
   void StopThreads();

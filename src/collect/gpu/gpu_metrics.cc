@@ -112,6 +112,12 @@ const std::array<GpuMetricDef, kGpuMetricCount> kDefs = {{
      "GPM PCIe and NVLink bandwidth over the last interval (Hopper+)", "bytes_per_second", kG,
      Dim("bus", kGpuBusNames), Dim("direction", kGpuDirectionNames)},
     {kGpuMigEnabled, "ithbat_gpu_mig_enabled", "1 when MIG (multi-instance GPU) mode is on, else 0", "", kG},
+    {kGpuMigInstances, "ithbat_gpu_mig_instances",
+     "MIG devices on a GPU in MIG mode (0 with MIG off). Each is exported as a GPU of its own: "
+     "gpu=\"<parent index>/<GPU instance id>/<compute instance id>\", gpu_uuid = its MIG-... UUID, "
+     "parent_gpu = the parent's index; it carries the series NVML answers for MIG devices "
+     "(ithbat_gpu_info, memory total/free/used, compute processes and their memory)",
+     "", kG},
     {kGpuXidTotal, "ithbat_gpu_xid_errors_total", "Xid critical errors NVML delivered since the agent started",
      "", kC},
     {kGpuNvmlCalls, "ithbat_gpu_nvml_calls_total", "NVML calls made, by function family", "", kC,

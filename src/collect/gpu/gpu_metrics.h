@@ -63,6 +63,7 @@ enum GpuMetric : uint16_t {
   kGpuGpm,            // {metric}: ratios
   kGpuGpmBandwidth,   // {bus, direction}: bytes/s
   kGpuMigEnabled,
+  kGpuMigInstances,
   kGpuXidTotal,
   kGpuNvmlCalls,      // {family} (no gpu labels)
   kGpuNvmlCallSeconds,
@@ -155,12 +156,19 @@ struct GpuSample {
   double value = 0;
 };
 
+// One MIG device of a partitioned GPU, read on the parent's reader thread.
+struct GpuMigReading {
+  GpuStatic identity;  // index_label "<parent>/<gi>/<ci>", MIG UUID, parent_index, mig = true
+  std::vector<GpuSample> samples;
+};
+
 // What a reader hands back for one tick.
 struct GpuReading {
   uint64_t tick_id = 0;
   std::optional<GpuStatic> identity;  // set on the read that identified the GPU
   bool lost = false;              // NVML said GPU_IS_LOST
   std::vector<GpuSample> samples;
+  std::vector<GpuMigReading> mig;  // MIG devices present this tick (empty with MIG off)
   std::vector<Error> errors;      // partial failures (one call failed), reported by Collect
 };
 

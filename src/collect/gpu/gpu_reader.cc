@@ -216,6 +216,7 @@ void GpuReader::Read(GpuReading& out) {
   if (lost_) {
     // What was read before NVML said "lost" is dropped: the GPU's values are not trustworthy.
     out.samples.clear();
+    out.mig.clear();
   }
 }
 
@@ -344,7 +345,64 @@ void GpuReader::ReadBasics(GpuReading& out) {
   if (!Skip(kCallMig) && Ok(ITHBAT_NVML_CALL(lib, NvmlFamily::kMig, nvmlDeviceGetMigMode, dev, &mig, &mig_pending),
                             kCallMig, "nvmlDeviceGetMigMode", out)) {
     Add(out, kGpuMigEnabled, 0, mig == NVML_DEVICE_MIG_ENABLE ? 1 : 0);
+    if (mig == NVML_DEVICE_MIG_ENABLE) {
+      ReadMig(out);
+    } else if (lib.Has("nvmlDeviceGetMaxMigDeviceCount")) {
+      Add(out, kGpuMigInstances, 0, 0);
+    }
   }
+}
+
+void GpuReader::ReadMig(GpuReading& out) {
+  // An H100/H200/A100 has at most 7; the bound keeps a confused driver from costing a tick.
+  constexpr unsigned kMaxMigDevices = 16;
+  if (Skip(kCallMigDevices)) return;
+  NvmlLibrary& lib = *lib_;
+  nvmlDevice_t dev = static_cast<nvmlDevice_t>(info_.device);
+  unsigned max_count = 0;
+  if (!Ok(ITHBAT_NVML_CALL(lib, NvmlFamily::kMig, nvmlDeviceGetMaxMigDeviceCount, dev, &max_count), kCallMigDevices,
+          "nvmlDeviceGetMaxMigDeviceCount", out)) {
+    return;
+  }
+  max_count = std::min(max_count, kMaxMigDevices);
+  for (unsigned i = 0; i < max_count && !lost_; i++) {
+    nvmlDevice_t mig = nullptr;
+    nvmlReturn_t rc = ITHBAT_NVML_CALL(lib, NvmlFamily::kMig, nvmlDeviceGetMigDeviceHandleByIndex, dev, i, &mig);
+    if (rc == NVML_ERROR_NOT_FOUND) continue;  // an unpopulated slot: indices may be sparse
+    if (!Ok(rc, kCallMigDevices, "nvmlDeviceGetMigDeviceHandleByIndex", out)) return;
+    unsigned gi = 0, ci = 0;
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    if (!Ok(ITHBAT_NVML_CALL(lib, NvmlFamily::kMig, nvmlDeviceGetGpuInstanceId, mig, &gi), kCallMigDevices,
+            "nvmlDeviceGetGpuInstanceId", out) ||
+        !Ok(ITHBAT_NVML_CALL(lib, NvmlFamily::kMig, nvmlDeviceGetComputeInstanceId, mig, &ci), kCallMigDevices,
+            "nvmlDeviceGetComputeInstanceId", out) ||
+        !Ok(ITHBAT_NVML_CALL(lib, NvmlFamily::kDeviceInfo, nvmlDeviceGetUUID, mig, uuid, sizeof(uuid)),
+            kCallMigDevices, "nvmlDeviceGetUUID (MIG device)", out)) {
+      if (Skip(kCallMigDevices)) return;
+      continue;
+    }
+    GpuMigReading m;
+    m.identity.index = info_.index;
+    m.identity.index_label = fmt::format("{}/{}/{}", info_.index_label, gi, ci);
+    m.identity.uuid = CString(uuid, sizeof(uuid));
+    m.identity.model = info_.model;
+    m.identity.pci_bus_id = info_.pci_bus_id;
+    m.identity.parent_index = info_.index_label;
+    m.identity.device = mig;
+    m.identity.mig = true;
+    if (!Skip(kCallMigMemory)) {
+      nvmlMemory_t mem{};
+      if (Ok(ITHBAT_NVML_CALL(lib, NvmlFamily::kMemory, nvmlDeviceGetMemoryInfo, mig, &mem), kCallMigMemory,
+             "nvmlDeviceGetMemoryInfo (MIG device)", out)) {
+        m.samples.push_back(GpuSample{kGpuMemTotal, 0, static_cast<double>(mem.total)});
+        m.samples.push_back(GpuSample{kGpuMemFree, 0, static_cast<double>(mem.free)});
+        m.samples.push_back(GpuSample{kGpuMemUsed, 0, static_cast<double>(mem.used)});
+      }
+    }
+    if (!lost_) ReadProcessList(mig, kCallMigProcesses, m.identity.index_label, m.samples, out);
+    out.mig.push_back(std::move(m));
+  }
+  if (!lost_) Add(out, kGpuMigInstances, 0, static_cast<double>(out.mig.size()));
 }
 
 void GpuReader::ReadEcc(GpuReading& out) {
@@ -549,8 +607,13 @@ void GpuReader::ReadFields(GpuReading& out) {
 }
 
 void GpuReader::ReadProcesses(GpuReading& out) {
-  if (Skip(kCallProcesses)) return;
-  nvmlDevice_t dev = static_cast<nvmlDevice_t>(info_.device);
+  ReadProcessList(info_.device, kCallProcesses, info_.index_label, out.samples, out);
+}
+
+void GpuReader::ReadProcessList(void* device, Call call, const std::string& label, std::vector<GpuSample>& samples,
+                                GpuReading& out) {
+  if (Skip(call)) return;
+  nvmlDevice_t dev = static_cast<nvmlDevice_t>(device);
   // The list can change between the sizing answer and the fetch (a process starts or exits):
   // retry a few times with a larger buffer, bounded by max_processes_.
   size_t cap = std::max<size_t>(process_buf_.size() / sizeof(nvmlProcessInfo_t), 8);
@@ -566,13 +629,13 @@ void GpuReader::ReadProcesses(GpuReading& out) {
       if (cap >= max_processes_) {
         out.errors.push_back(Error{ErrorCode::kResourceExhausted,
                                    fmt::format("GPU {}: more than {} compute processes; not listed",
-                                               info_.index_label, max_processes_)});
+                                               label, max_processes_)});
         return;
       }
       cap = std::min<size_t>(std::max<size_t>(count + 8, cap * 2), max_processes_);
       continue;
     }
-    if (!Ok(rc, kCallProcesses, "nvmlDeviceGetComputeRunningProcesses_v3", out)) return;
+    if (!Ok(rc, call, "nvmlDeviceGetComputeRunningProcesses_v3", out)) return;
     count = std::min<unsigned>(count, static_cast<unsigned>(cap));
     // A process with contexts on several compute instances is listed more than once: one series.
     std::vector<std::pair<uint32_t, double>> by_pid;
@@ -586,14 +649,14 @@ void GpuReader::ReadProcesses(GpuReading& out) {
         it->second = std::max(it->second, 0.0) + mem;
       }
     }
-    Add(out, kGpuProcesses, 0, static_cast<double>(by_pid.size()));
+    samples.push_back(GpuSample{kGpuProcesses, 0, static_cast<double>(by_pid.size())});
     for (const auto& [pid, mem] : by_pid) {
-      if (mem >= 0) Add(out, kGpuProcessMemory, pid, mem);
+      if (mem >= 0) samples.push_back(GpuSample{kGpuProcessMemory, pid, mem});
     }
     return;
   }
-  out.errors.push_back(Error{ErrorCode::kUnavailable, fmt::format("GPU {}: compute process list kept changing",
-                                                                  info_.index_label)});
+  out.errors.push_back(
+      Error{ErrorCode::kUnavailable, fmt::format("GPU {}: compute process list kept changing", label)});
 }
 
 void GpuReader::ReadGpm(GpuReading& out) {

@@ -49,7 +49,7 @@ class GpuReader {
     kCallTemp, kCallPstate, kCallClockEvents, kCallEccMode, kCallEcc, kCallEccLoc, kCallRetired,
     kCallRetiredPending, kCallRemap, kCallRemapHist, kCallPcieReplay, kCallPcieTput, kCallPcieLink,
     kCallPcieLinkMax, kCallNvLinkState, kCallNvLinkErrors, kCallFields, kCallProcesses, kCallGpm, kCallMig,
-    kCallIdentity, kCallCount,
+    kCallMigDevices, kCallMigMemory, kCallMigProcesses, kCallIdentity, kCallCount,
   };
   struct Gpm;
 
@@ -67,6 +67,12 @@ class GpuReader {
   void ReadNvLink(GpuReading& out);
   void ReadFields(GpuReading& out);
   void ReadProcesses(GpuReading& out);
+  // MIG devices of this (partitioned) GPU, bounded by nvmlDeviceGetMaxMigDeviceCount and
+  // kMaxMigDevices; fills out.mig and the parent's instance count.
+  void ReadMig(GpuReading& out);
+  // One device's compute processes (the GPU's, or a MIG device's) into `samples`.
+  void ReadProcessList(void* device, Call call, const std::string& label, std::vector<GpuSample>& samples,
+                       GpuReading& out);
   void ReadGpm(GpuReading& out);
 
   std::shared_ptr<NvmlLibrary> lib_;

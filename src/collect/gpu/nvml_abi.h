@@ -659,6 +659,19 @@ typedef nvmlReturn_t (*nvmlDeviceGetFieldValues_fn)(nvmlDevice_t device, int val
                                                     nvmlFieldValue_t* values);
 typedef nvmlReturn_t (*nvmlDeviceGetMigMode_fn)(nvmlDevice_t device, unsigned* current_mode,
                                                 unsigned* pending_mode);
+// MIG device enumeration (11.0+). A MIG device handle is a handle of its own (distinct from the
+// parent's); most device calls on it return NOT_SUPPORTED (utilisation rates included), memory
+// info and compute processes answer per instance. GetMaxMigDeviceCount is 0 with MIG off;
+// GetMigDeviceHandleByIndex: NOT_FOUND for an unpopulated index below the max count,
+// INVALID_ARGUMENT past it.
+typedef nvmlReturn_t (*nvmlDeviceGetMaxMigDeviceCount_fn)(nvmlDevice_t device, unsigned* count);
+typedef nvmlReturn_t (*nvmlDeviceGetMigDeviceHandleByIndex_fn)(nvmlDevice_t device, unsigned index,
+                                                               nvmlDevice_t* mig_device);
+typedef nvmlReturn_t (*nvmlDeviceIsMigDeviceHandle_fn)(nvmlDevice_t device, unsigned* is_mig_device);
+typedef nvmlReturn_t (*nvmlDeviceGetGpuInstanceId_fn)(nvmlDevice_t device, unsigned* id);
+typedef nvmlReturn_t (*nvmlDeviceGetComputeInstanceId_fn)(nvmlDevice_t device, unsigned* id);
+typedef nvmlReturn_t (*nvmlDeviceGetDeviceHandleFromMigDeviceHandle_fn)(nvmlDevice_t mig_device,
+                                                                        nvmlDevice_t* device);
 
 typedef nvmlReturn_t (*nvmlGpmQueryDeviceSupport_fn)(nvmlDevice_t device, nvmlGpmSupport_t* support);
 typedef nvmlReturn_t (*nvmlGpmSampleAlloc_fn)(nvmlGpmSample_t* sample);
@@ -748,6 +761,13 @@ inline constexpr std::array kSymbols = {
     Symbol{"nvmlGpmSampleGet", false},
     Symbol{"nvmlGpmMigSampleGet", false},
     Symbol{"nvmlGpmMetricsGet", false},
+    // Appended (not inserted) so the fake's per-function NOT_SUPPORTED mask bits stay put.
+    Symbol{"nvmlDeviceGetMaxMigDeviceCount", false},
+    Symbol{"nvmlDeviceGetMigDeviceHandleByIndex", false},
+    Symbol{"nvmlDeviceIsMigDeviceHandle", false},
+    Symbol{"nvmlDeviceGetGpuInstanceId", false},
+    Symbol{"nvmlDeviceGetComputeInstanceId", false},
+    Symbol{"nvmlDeviceGetDeviceHandleFromMigDeviceHandle", false},
 };
 
 // Position of an export in kSymbols, or kSymbols.size() when absent (usable in constant
