@@ -9,6 +9,7 @@
 #include "collect/host/host_collector.h"
 #include "collect/kmsg/kmsg_collector.h"
 #include "collect/node/node_collectors.h"
+#include "collect/node/topology.h"
 #include "collect/serving/serving_collector.h"
 
 namespace ithbat::cli {
@@ -39,6 +40,9 @@ Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const A
   collect::InfinibandOptions ib;
   ib.sysfs = options.sysfs;
   if (auto s = runtime.Add(collect::InfinibandCollector::Create(std::move(ib))); !s) return s;
+  collect::TopologyOptions topology;
+  topology.sysfs = options.sysfs;
+  if (auto s = runtime.Add(collect::TopologyCollector::Create(std::move(topology))); !s) return s;
   // Inference servers are processes: discovered in the agent's real /proc (the pids it can
   // reach), never in the --procfs root, which is for node statistics.
   if (auto s = runtime.Add(collect::ServingCollector::Create(collect::ServingOptions{})); !s) return s;
