@@ -42,11 +42,31 @@ constexpr std::array<std::string_view, kMemFieldCount> kMemKernelNames = {
 constexpr std::array<std::string_view, kMemFieldCount> kMemMetricNames = {
     "total", "available", "free", "buffers", "cached", "dirty", "writeback", "swap_total", "swap_free"};
 
+// The /proc/stat lines that carry one number each, and where it goes.
+struct SingleValueLine {
+  std::string_view key;
+  uint64_t ProcStat::*field;
+};
+constexpr std::array<SingleValueLine, 4> kSingleValueLines = {{
+    {"ctxt", &ProcStat::context_switches},
+    {"processes", &ProcStat::forks},
+    {"procs_running", &ProcStat::procs_running},
+    {"procs_blocked", &ProcStat::procs_blocked},
+}};
+
+const SingleValueLine* FindSingleValueLine(std::string_view key) {
+  for (const auto& line : kSingleValueLines) {
+    if (line.key == key) return &line;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 Result<ProcStat> ParseProcStat(std::string_view text) {
   ProcStat out;
-  bool have_cpu = false, have_ctxt = false, have_forks = false, have_running = false, have_blocked = false;
+  bool have_cpu = false;
+  std::array<bool, kSingleValueLines.size()> seen{};
   LineReader lines(text);
   std::string_view line;
   while (lines.Next(&line)) {
@@ -74,26 +94,11 @@ Result<ProcStat> ParseProcStat(std::string_view text) {
       std::string_view v;
       if (!fields.Next(&v)) return LineErrorF(n, "'{}' has no columns", QuoteForError(key));
       out.cpus++;
-    } else if (key == "ctxt") {
+    } else if (auto* single = FindSingleValueLine(key)) {
       auto v = SingleValue(fields, n, key);
       if (!v) return std::unexpected(v.error());
-      out.context_switches = *v;
-      have_ctxt = true;
-    } else if (key == "processes") {
-      auto v = SingleValue(fields, n, key);
-      if (!v) return std::unexpected(v.error());
-      out.forks = *v;
-      have_forks = true;
-    } else if (key == "procs_running") {
-      auto v = SingleValue(fields, n, key);
-      if (!v) return std::unexpected(v.error());
-      out.procs_running = *v;
-      have_running = true;
-    } else if (key == "procs_blocked") {
-      auto v = SingleValue(fields, n, key);
-      if (!v) return std::unexpected(v.error());
-      out.procs_blocked = *v;
-      have_blocked = true;
+      out.*(single->field) = *v;
+      seen[single - kSingleValueLines.data()] = true;
     } else if (key == "intr" || key == "softirq" || key == "btime" || key == "page" || key == "swap") {
       // Known lines the collector does not export (intr is thousands of columns on big boxes:
       // not worth validating every tick).
@@ -108,10 +113,9 @@ Result<ProcStat> ParseProcStat(std::string_view text) {
   }
   if (!have_cpu) return MakeError(ErrorCode::kParse, "no aggregate 'cpu' line");
   if (out.cpus == 0) return MakeError(ErrorCode::kParse, "no 'cpuN' lines");
-  if (!have_ctxt) return MakeError(ErrorCode::kParse, "no 'ctxt' line");
-  if (!have_forks) return MakeError(ErrorCode::kParse, "no 'processes' line");
-  if (!have_running) return MakeError(ErrorCode::kParse, "no 'procs_running' line");
-  if (!have_blocked) return MakeError(ErrorCode::kParse, "no 'procs_blocked' line");
+  for (size_t i = 0; i < kSingleValueLines.size(); ++i) {
+    if (!seen[i]) return MakeErrorF(ErrorCode::kParse, "no '{}' line", kSingleValueLines[i].key);
+  }
   return out;
 }
 
