@@ -7,7 +7,7 @@ namespace ithbat {
 namespace {
 constexpr std::array<std::string_view, kEventKindCount> kNames = {
     "step", "loss", "train_metric", "eval_metric", "checkpoint_begin", "checkpoint_end", "xid", "gpu_event",
-    "log_line", "error", "process_start", "process_exit", "job_start", "job_end", "collector_state",
+    "log_line", "error", "process_start", "process_exit", "job_start", "job_end", "collector_state", "serving_metric",
 };
 }  // namespace
 

@@ -31,8 +31,10 @@ enum class EventKind : uint8_t {
   kJobStart,
   kJobEnd,
   kCollectorState,   // a collector went down or came back (name = collector, text = reason)
+  kServingMetric,    // an inference server's periodic stats line (name: running_requests, ...)
+  // New kinds go at the end: the store's event log keeps the number.
 };
-inline constexpr int kEventKindCount = static_cast<int>(EventKind::kCollectorState) + 1;
+inline constexpr int kEventKindCount = static_cast<int>(EventKind::kServingMetric) + 1;
 
 std::string_view EventKindName(EventKind k);  // snake_case: "step", "checkpoint_begin", ...
 std::optional<EventKind> ParseEventKind(std::string_view name);

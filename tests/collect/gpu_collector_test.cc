@@ -550,6 +550,42 @@ TEST_F(GpuFakeTest, ProcessSeriesCarryTheRealProcessIdentityButNoSecret) {
             static_cast<double>(1ull << 30));
 }
 
+TEST_F(GpuFakeTest, GpuProcessesArePublishedWithTheirIdentityForPerProcessCollectors) {
+  ChildProcess child({"/bin/sleep", "30"}, {"SLURM_JOB_ID=778", "RANK=5", "LOCAL_RANK=2", "WORLD_SIZE=8"});
+  ASSERT_GT(child.pid, 0);
+  uint32_t missing = 4'000'000;
+  while (std::filesystem::exists(std::filesystem::path("/proc") / std::to_string(missing))) missing--;
+  agent::TrackedProcesses tracked;
+  GpuOptions o;
+  o.tracked = &tracked;
+  ASSERT_TRUE(state_->AddProcess(2, static_cast<uint32_t>(child.pid), 1ull << 30));
+  ASSERT_TRUE(state_->AddProcess(3, missing, 1ull << 30));
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Tick(1);
+  auto list = tracked.Snapshot();
+  ASSERT_EQ(list.size(), 2u);
+  const auto& resolved = list[0].pid == child.pid ? list[0] : list[1];
+  const auto& unresolved = list[0].pid == child.pid ? list[1] : list[0];
+  EXPECT_EQ(resolved.source, "gpu");
+  EXPECT_EQ(resolved.identity.job, "778");
+  EXPECT_EQ(resolved.identity.rank, 5);
+  EXPECT_EQ(resolved.identity.pid, child.pid);
+  EXPECT_EQ(resolved.identity.gpu_index, 2);
+  // A process whose identity cannot be read is still tracked, with NVML's pid and GPU.
+  EXPECT_EQ(unresolved.pid, static_cast<int32_t>(missing));
+  EXPECT_EQ(unresolved.identity.gpu_index, 3);
+  EXPECT_EQ(unresolved.identity.job, "");
+  const uint64_t generation = tracked.generation();
+  Tick(2);
+  EXPECT_EQ(tracked.generation(), generation) << "an unchanged process list publishes nothing";
+  ASSERT_TRUE(state_->RemoveProcess(2, static_cast<uint32_t>(child.pid)));
+  Tick(3);
+  list = tracked.Snapshot();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].pid, static_cast<int32_t>(missing));
+  EXPECT_GT(tracked.generation(), generation);
+}
+
 TEST_F(GpuFakeTest, ProcessMissingFromProcKeepsPidAndGpuLabelsOnly) {
   // A pid with no /proc entry (NVML can list a pid of another pid namespace, or one that
   // just exited).

@@ -374,6 +374,7 @@ Status GpuCollector::CollectImpl(TimeNs t) {
 void GpuCollector::UpdateProcesses(const std::vector<uint8_t>& fresh) {
   std::vector<uint32_t> now;
   std::vector<uint32_t> added;
+  bool removed = false;
   for (size_t i = 0; i < gpus_.size(); i++) {
     if (!fresh[i]) continue;  // a stalled GPU's list is unknown: keep what it had
     GpuState& g = *gpus_[i];
@@ -391,6 +392,7 @@ void GpuCollector::UpdateProcesses(const std::vector<uint8_t>& fresh) {
       if (it != processes_.end() && --it->second.gpus == 0) {
         resolver_.Forget(static_cast<int32_t>(pid));
         processes_.erase(it);
+        removed = true;
       }
     }
     for (uint32_t pid : now) {
@@ -401,7 +403,10 @@ void GpuCollector::UpdateProcesses(const std::vector<uint8_t>& fresh) {
     }
     g.pids.swap(now);
   }
-  if (added.empty()) return;
+  if (added.empty()) {
+    if (removed) PublishProcesses();
+    return;
+  }
   // NVML's pid -> GPU map wins over the process's own CUDA_VISIBLE_DEVICES.
   std::unordered_map<int32_t, identity::GpuRef> nvml;
   for (const auto& g : gpus_) {
@@ -417,19 +422,36 @@ void GpuCollector::UpdateProcesses(const std::vector<uint8_t>& fresh) {
         pid <= static_cast<uint32_t>(INT32_MAX)
             ? resolver_.Resolve(static_cast<int32_t>(pid), &nvml)
             : Result<identity::ProcessIdentity>(MakeError(ErrorCode::kInvalidArgument, "pid out of range"));
+    ProcessLabels& p = processes_[pid];
+    p.identity.pid = static_cast<int32_t>(pid);
+    if (auto g = nvml.find(static_cast<int32_t>(pid)); g != nvml.end()) {
+      p.identity.gpu_index = g->second.index;
+      p.identity.gpu_uuid = g->second.uuid;
+    }
     if (!r) {
       ReportError(Error{r.error().code, fmt::format("GPU process {}: identity not resolved ({}); its series carry "
                                                     "pid and gpu only",
                                                     pid, r.error().message)});
       continue;
     }
-    ProcessLabels& p = processes_[pid];
+    p.identity = r->identity;
     for (auto& [name, value] : r->identity.ToLabelPairs()) {
       // The collector's own labels are authoritative.
       if (name == "pid" || name == "gpu" || name == "gpu_uuid") continue;
       p.labels.emplace_back(std::move(name), std::move(value));
     }
   }
+  PublishProcesses();
+}
+
+void GpuCollector::PublishProcesses() {
+  if (options_.tracked == nullptr) return;
+  std::vector<agent::TrackedProcesses::Process> list;
+  list.reserve(processes_.size());
+  for (const auto& [pid, p] : processes_) {
+    list.push_back(agent::TrackedProcesses::Process{static_cast<int32_t>(pid), p.identity, ""});
+  }
+  options_.tracked->Publish("gpu", std::move(list));
 }
 
 void GpuCollector::Identified(GpuState& g, size_t position, const GpuStatic& id) {

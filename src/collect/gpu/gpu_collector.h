@@ -73,6 +73,7 @@
 #include "collect/gpu/gpu_metrics.h"
 #include "collect/gpu/gpu_reader.h"
 #include "collect/gpu/nvml_library.h"
+#include "agent/tracked_processes.h"
 #include "collect/identity/identity_resolver.h"
 #include "core/labels.h"
 #include "core/metric.h"
@@ -95,6 +96,9 @@ struct GpuOptions {
   std::vector<std::string> hidden_symbols;  // tests: resolve these NVML symbols as missing
   // Where process identities are read (the agent's own /proc; only tests change it).
   std::filesystem::path proc_root = "/proc";
+  // Where the GPU processes (with their resolved identity) are published for per-process
+  // collectors (job output, probes), as source "gpu". Optional; must outlive the collector.
+  agent::TrackedProcesses* tracked = nullptr;
 };
 
 class GpuCollector final : public agent::Collector {
@@ -142,6 +146,7 @@ class GpuCollector final : public agent::Collector {
   // A compute process seen in some GPU's NVML list.
   struct ProcessLabels {
     std::vector<std::pair<std::string, std::string>> labels;  // job_id, rank, ... (no pid/gpu)
+    Identity identity;  // as resolved (pid and NVML's GPU at least), for TrackedProcesses
     size_t gpus = 0;  // how many GPUs list it now; forgotten at 0
   };
 
@@ -157,6 +162,8 @@ class GpuCollector final : public agent::Collector {
   void StopThreads();
   // Tracks which pids each fresh GPU lists, resolving new ones and forgetting gone ones.
   void UpdateProcesses(const std::vector<uint8_t>& fresh);
+  // Hands the current GPU processes to options_.tracked (when set).
+  void PublishProcesses();
 
   GpuOptions options_;
   std::shared_ptr<NvmlLibrary> lib_;
