@@ -3,11 +3,13 @@
 # Idempotent: when every package is already installed it touches nothing (no apt-get update),
 # so `make test` reruns stay fast. Fails loudly on any error.
 #
-# Not installed yet, on purpose (the steps that need them come with later issues; add them
-# here when a build or test step uses them):
-#   clang-19 libclang-rt-19-dev  - libFuzzer targets (clang 14 cannot compile <expected>)
+# eBPF (bpf/): libbpf-dev, bpftool and clang-19 build the BPF programs and their skeletons
+# (configure fails without them, or without kernel BTF at /sys/kernel/btf/vmlinux);
+# libclang-rt-19-dev gives clang-19 libFuzzer for the fuzz targets (clang 14 cannot compile
+# <expected>).
+#
+# Not installed yet, on purpose (add it here when a build or test step uses it):
 #   clang-tidy-19                - `make lint` uses it when present
-#   libbpf-dev bpftool           - eBPF collectors
 set -euo pipefail
 
 packages=(
@@ -15,6 +17,7 @@ packages=(
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libre2-dev libzstd-dev libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libbpf-dev bpftool clang-19 libclang-rt-19-dev
   prometheus curl
   # slurm: a one-node cluster for tests/integration/slurm_identity.sh (process identity under a
   # real srun); the test writes its own slurm.conf and munge key and starts the daemons itself.

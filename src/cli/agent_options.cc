@@ -10,6 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "collect/joblog/joblog_collector.h"
+#include "collect/joblog/parsers/parser.h"
+#include "collect/joblog/tail_source.h"
 #include "serve/http_server.h"
 
 namespace ithbat::cli {
@@ -89,6 +92,19 @@ void AddAgentFlags(CLI::App& cmd, AgentFlags& f) {
   cmd.add_option("--log-format", f.log_format, "Log format on stderr: human or json")->capture_default_str();
   cmd.add_option("--log-level", f.log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
+  cmd.add_option("--joblog", f.joblog,
+                 "Job output capture: ebpf (kernel capture of tracked processes' stdout/stderr), tail "
+                 "(only the files of --joblog-tail) or off")
+      ->capture_default_str();
+  cmd.add_option("--joblog-tail", f.joblog_tail,
+                 "Log files to follow, comma-separated, each PATH or PATH?job=ID&rank=N (the identity of "
+                 "its lines)");
+  cmd.add_option("--joblog-format", f.joblog_format,
+                 "Parser of job output: auto (detected per process) or one framework's name")
+      ->capture_default_str();
+  cmd.add_option("--joblog-patterns", f.joblog_patterns, "JSON file of user pattern sets for job output");
+  cmd.add_option("--joblog-opt-out", f.joblog_opt_out,
+                 "Jobs and users whose output is never captured, comma-separated: job:ID, user:NAME");
   cmd.add_flag("--once", f.once, "Collect one round (two ticks), print the /metrics text to stdout and exit")
       ->configurable(false);
 }
@@ -184,6 +200,41 @@ Result<AgentOptions> ResolveAgentOptions(const AgentFlags& f) {
                       f.log_level);
   }
   o.log_level = f.log_level;
+
+  if (auto mode = collect::joblog::ParseCaptureMode(f.joblog); !mode) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "joblog: {}", mode.error().message);
+  }
+  o.joblog = f.joblog;
+  std::string_view tail = f.joblog_tail;
+  while (!tail.empty()) {
+    size_t comma = tail.find(',');
+    std::string_view spec = tail.substr(0, comma);
+    tail = comma == std::string_view::npos ? std::string_view() : tail.substr(comma + 1);
+    if (spec.empty()) continue;
+    if (auto t = collect::joblog::ParseTailSpec(spec); !t) {
+      return MakeErrorF(ErrorCode::kInvalidArgument, "joblog-tail: {}", t.error().message);
+    }
+    if (o.joblog_tail.size() >= 256) return MakeError(ErrorCode::kInvalidArgument, "joblog-tail: more than 256 files");
+    o.joblog_tail.emplace_back(spec);
+  }
+  {
+    collect::joblog::StreamParserOptions po;
+    po.format = f.joblog_format;
+    if (auto p = collect::joblog::StreamParser::Create(std::move(po)); !p) {
+      return MakeErrorF(ErrorCode::kInvalidArgument, "joblog-format: {}", p.error().message);
+    }
+    o.joblog_format = f.joblog_format;
+  }
+  o.joblog_patterns = f.joblog_patterns;
+  if (!f.joblog_patterns.empty()) {
+    auto patterns = collect::joblog::UserPatterns::Load(f.joblog_patterns);
+    if (!patterns) return MakeErrorF(ErrorCode::kInvalidArgument, "joblog-patterns: {}", patterns.error().message);
+    o.joblog_user_patterns = std::make_shared<const collect::joblog::UserPatterns>(std::move(*patterns));
+  }
+  if (auto list = collect::joblog::ParseOptOutList(f.joblog_opt_out); !list) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "joblog-opt-out: {}", list.error().message);
+  }
+  o.joblog_opt_out = f.joblog_opt_out;
   o.once = f.once;
   return o;
 }

@@ -21,6 +21,10 @@ namespace CLI {  // NOLINT(readability-identifier-naming): CLI11's namespace
 class App;
 }  // namespace CLI
 
+namespace ithbat::collect::joblog {
+class UserPatterns;
+}  // namespace ithbat::collect::joblog
+
 namespace ithbat::cli {
 
 // The text of each option as given (defaults are the documented defaults).
@@ -42,6 +46,11 @@ struct AgentFlags {
   std::string flush_interval = "10s";
   std::string log_format = "human";
   std::string log_level = "info";
+  std::string joblog = "ebpf";
+  std::string joblog_tail;  // comma-separated PATH[?job=ID&rank=N]
+  std::string joblog_format = "auto";
+  std::string joblog_patterns;
+  std::string joblog_opt_out;  // comma-separated job:ID / user:NAME
   bool once = false;
 
   AgentFlags();
@@ -67,6 +76,14 @@ struct AgentOptions {
   TimeNs flush_interval = 10 * kNsPerSec;
   agent::LogFormat log_format = agent::LogFormat::kHuman;
   std::string log_level = "info";
+  // Job output capture (collect/joblog): mode ebpf|tail|off, files to follow, parser format,
+  // user pattern sets (loaded and checked here), opt-out entries.
+  std::string joblog = "ebpf";
+  std::vector<std::string> joblog_tail;  // each PATH[?job=ID&rank=N], checked
+  std::string joblog_format = "auto";
+  std::string joblog_patterns;  // path ("" = none)
+  std::shared_ptr<const collect::joblog::UserPatterns> joblog_user_patterns;  // loaded from it
+  std::string joblog_opt_out;   // checked
   bool once = false;
 };
 

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "cli/app.h"
+#include "collect/joblog/parsers/parser.h"
 #include "serve/http_server.h"
 #include "testutil/testutil.h"
 
@@ -260,6 +261,60 @@ TEST(TokenFileTest, BadContentIsRefused) {
   EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
   auto directory = ReadTokenFile(dir.path().string());
   ASSERT_FALSE(directory);
+}
+
+}  // namespace
+}  // namespace ithbat::cli
+
+namespace ithbat::cli {
+namespace {
+
+TEST(AgentOptionsJobLogTest, DefaultsCaptureWithEbpfAndDetectTheFormat) {
+  auto o = ParseAgentCommandLine({});
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_EQ(o->joblog, "ebpf");
+  EXPECT_EQ(o->joblog_format, "auto");
+  EXPECT_TRUE(o->joblog_tail.empty());
+  EXPECT_EQ(o->joblog_user_patterns, nullptr);
+}
+
+TEST(AgentOptionsJobLogTest, EveryJobLogKeyFromAConfigFile) {
+  testing::TempDir dir;
+  dir.WriteFile("patterns.json", R"({"pattern_sets": [{"name": "inhouse", "patterns": [
+      {"regex": "^TRAIN s=(?P<step>\\d+) L=(?P<loss>\\S+)$"}]}]})");
+  dir.WriteFile("agent.toml", "joblog = \"tail\"\n"
+                              "joblog-tail = \"/var/log/train.log?job=77&rank=0,/var/log/eval.log\"\n"
+                              "joblog-format = \"megatron\"\n"
+                              "joblog-patterns = \"" + (dir.path() / "patterns.json").string() + "\"\n"
+                              "joblog-opt-out = \"job:1234,user:alice\"\n");
+  auto o = ParseAgentCommandLine({"--config", (dir.path() / "agent.toml").string()});
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_EQ(o->joblog, "tail");
+  ASSERT_EQ(o->joblog_tail.size(), 2u);
+  EXPECT_EQ(o->joblog_format, "megatron");
+  ASSERT_NE(o->joblog_user_patterns, nullptr);
+  EXPECT_EQ(o->joblog_user_patterns->names(), std::vector<std::string>{"inhouse"});
+  EXPECT_EQ(o->joblog_opt_out, "job:1234,user:alice");
+}
+
+TEST(AgentOptionsJobLogTest, BadValuesNameTheirKey) {
+  auto mode = ParseAgentCommandLine({"--joblog", "strace"});
+  ASSERT_FALSE(mode);
+  EXPECT_THAT(mode.error().message, StartsWith("joblog: "));
+  auto format = ParseAgentCommandLine({"--joblog-format", "no-such-trainer"});
+  ASSERT_FALSE(format);
+  EXPECT_THAT(format.error().message, StartsWith("joblog-format: "));
+  auto opt_out = ParseAgentCommandLine({"--joblog-opt-out", "team:ml"});
+  ASSERT_FALSE(opt_out);
+  EXPECT_THAT(opt_out.error().message, StartsWith("joblog-opt-out: "));
+  auto patterns = ParseAgentCommandLine({"--joblog-patterns", "/nonexistent/patterns.json"});
+  ASSERT_FALSE(patterns);
+  EXPECT_THAT(patterns.error().message, StartsWith("joblog-patterns: "));
+  testing::TempDir dir;
+  dir.WriteFile("bad.json", R"({"pattern_sets": [{"name": "x", "patterns": [{"regex": "(unclosed"}]}]})");
+  auto bad_regex = ParseAgentCommandLine({"--joblog-patterns", (dir.path() / "bad.json").string()});
+  ASSERT_FALSE(bad_regex);
+  EXPECT_THAT(bad_regex.error().message, StartsWith("joblog-patterns: "));
 }
 
 }  // namespace

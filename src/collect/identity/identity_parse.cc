@@ -14,7 +14,7 @@ constexpr std::array<std::string_view, kEnvKeyCount> kEnvNames = {
     "LOCAL_RANK",           "WORLD_SIZE",           "TORCHELASTIC_RUN_ID",
     "MASTER_ADDR",          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK",       "PMI_SIZE",
-    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ITHBAT_JOBLOG",
 };
 
 bool IsHex(std::string_view s) {

@@ -34,6 +34,9 @@ enum class EnvKey : uint8_t {
   kPmiSize,
   kCudaVisibleDevices,
   kNvidiaVisibleDevices,
+  // The job's own opt-out from output capture (ITHBAT_JOBLOG=off): read so the job-output
+  // collector can honour it; holds no secret.
+  kIthbatJoblog,
   kCount,
 };
 inline constexpr size_t kEnvKeyCount = static_cast<size_t>(EnvKey::kCount);

@@ -1,0 +1,477 @@
+// JobLogCollector against a fake capture source: line assembly across writes, identities,
+// descendants, opt-out, exit, bounds, step calibration, self-metrics. The real eBPF source is
+// tested in ebpf_capture_test.cc.
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "agent/tracked_processes.h"
+#include "collect/joblog/joblog_collector.h"
+#include "joblog_capture/capture_test_util.h"
+#include "testutil/fake_sink.h"
+#include "testutil/testutil.h"
+
+namespace ithbat::collect::joblog {
+namespace {
+
+using testing::LossAt;
+using testing::MegatronLine;
+using testing::OfKind;
+
+struct FakeState {
+  std::deque<CaptureRecord> queue;
+  std::map<int32_t, std::pair<int32_t, bool>> tracked;  // pid -> (root, inherit)
+  CaptureCounters counters;
+  bool started = false;
+};
+
+class FakeSource final : public CaptureSource {
+ public:
+  explicit FakeSource(std::shared_ptr<FakeState> s) : s_(std::move(s)) {}
+  std::optional<Error> start_error;
+  CaptureMode mode() const override { return CaptureMode::kEbpf; }
+  std::string_view attachment() const override { return "fake"; }
+  Status Start() override {
+    if (start_error) return std::unexpected(*start_error);
+    s_->started = true;
+    return Ok();
+  }
+  void Stop() override { s_->started = false; }
+  size_t Drain(std::vector<CaptureRecord>& out, size_t max) override {
+    size_t n = 0;
+    while (n < max && !s_->queue.empty()) {
+      out.push_back(std::move(s_->queue.front()));
+      s_->queue.pop_front();
+      ++n;
+    }
+    return n;
+  }
+  Status Track(int32_t pid, int32_t root, bool inherit) override {
+    s_->tracked[pid] = {root, inherit};
+    return Ok();
+  }
+  Status Untrack(int32_t pid) override {
+    s_->tracked.erase(pid);
+    return Ok();
+  }
+  CaptureCounters Counters() const override { return s_->counters; }
+
+ private:
+  std::shared_ptr<FakeState> s_;
+};
+
+constexpr TimeNs kT0 = 1'800'000'000LL * kNsPerSec;
+
+class CollectorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { state_ = std::make_shared<FakeState>(); }
+
+  // A fake /proc entry: a directory (the process exists), optionally an environ and status.
+  void AddProc(int32_t pid, std::string environ = "", int32_t ppid = 1,
+               std::string cmdline = "python\0train.py") {
+    proc_.WriteFile(fmt::format("{}/environ", pid), environ);
+    proc_.WriteFile(fmt::format("{}/status", pid),
+                    fmt::format("Name:\tpython\nPid:\t{}\nPPid:\t{}\n", pid, ppid));
+    proc_.WriteFile(fmt::format("{}/cmdline", pid), cmdline);
+  }
+
+  void Make(JobLogOptions options = {}) {
+    options.tracked = &tracked_;
+    options.proc_root = proc_.path();
+    auto st = state_;
+    options.make_sources = [st]() -> Result<std::vector<std::unique_ptr<CaptureSource>>> {
+      std::vector<std::unique_ptr<CaptureSource>> v;
+      v.push_back(std::make_unique<FakeSource>(st));
+      return v;
+    };
+    auto c = JobLogCollector::Create(std::move(options));
+    ASSERT_TRUE(c.has_value()) << c.error().ToString();
+    collector_ = std::move(*c);
+    ASSERT_TRUE(collector_->Init(sink_).has_value());
+    ASSERT_TRUE(collector_->Start().has_value());
+  }
+
+  void Publish(std::vector<std::pair<int32_t, Identity>> procs) {
+    std::vector<agent::TrackedProcesses::Process> list;
+    for (auto& [pid, id] : procs) list.push_back({pid, id, ""});
+    tracked_.Publish("gpu", std::move(list));
+  }
+
+  static Identity Rank(std::string job, int32_t rank) {
+    Identity id;
+    id.job = std::move(job);
+    id.rank = rank;
+    return id;
+  }
+
+  void Data(int32_t pid, int stream, std::string bytes, TimeNs t, uint64_t offset = 0, uint64_t total = 0,
+            int32_t tid = -1) {
+    CaptureRecord r;
+    r.type = CaptureRecord::Type::kData;
+    r.pid = pid;
+    r.tid = tid < 0 ? pid : tid;
+    r.fd = stream;
+    r.stream = static_cast<uint8_t>(stream);
+    r.time = t;
+    r.offset = offset;
+    r.total_len = total ? total : bytes.size();
+    r.data = std::move(bytes);
+    state_->queue.push_back(std::move(r));
+  }
+
+  void Control(CaptureRecord::Type type, int32_t pid, int32_t parent = -1, int32_t root = -1) {
+    CaptureRecord r;
+    r.type = type;
+    r.pid = pid;
+    r.tid = parent;
+    r.root = root;
+    r.time = kT0;
+    state_->queue.push_back(std::move(r));
+  }
+
+  void Tick(int n = 1) {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(collector_->Collect(kT0 + (ticks_++) * kNsPerSec).has_value());
+  }
+
+  testing::TempDir proc_;
+  testing::FakeSink sink_;
+  agent::TrackedProcesses tracked_;
+  std::shared_ptr<FakeState> state_;
+  std::unique_ptr<JobLogCollector> collector_;
+  int ticks_ = 0;
+};
+
+TEST_F(CollectorTest, LineSplitAcrossWritesAndChunksIsOneLineWithTheRightIdentity) {
+  AddProc(100);
+  Make();
+  Publish({{100, Rank("job-7", 3)}});
+  Tick();
+  ASSERT_TRUE(state_->tracked.count(100)) << "the tracked process must be tracked in the source";
+  EXPECT_EQ(state_->tracked[100], std::make_pair(int32_t{100}, true));
+
+  const std::string line = MegatronLine(5, 2.5) + "\n";
+  // One write() split into two chunks, then a second write with the rest.
+  const size_t a = 40, b = 90;
+  Data(100, 1, line.substr(0, a), kT0 + 1, 0, b);
+  Data(100, 1, line.substr(a, b - a), kT0 + 1, a, b);
+  Data(100, 1, line.substr(b), kT0 + 2 * kNsPerMs);
+  Tick();
+
+  auto events = sink_.events();
+  const Event* loss = LossAt(events, 5);
+  ASSERT_NE(loss, nullptr) << "no loss event for iteration 5; events: " << events.size();
+  EXPECT_DOUBLE_EQ(loss->value, 2.5);
+  EXPECT_EQ(loss->identity.pid, 100);
+  EXPECT_EQ(loss->identity.rank, 3);
+  EXPECT_EQ(loss->identity.job, "job-7");
+  EXPECT_EQ(loss->source, "joblog");
+  EXPECT_EQ(loss->time, kT0 + 2 * kNsPerMs) << "a line's time is the write that completed it";
+  EXPECT_EQ(OfKind(events, EventKind::kStep).size(), 1u);
+  EXPECT_EQ(sink_.Last("ithbat_joblog_lines_total", "{stream=\"stdout\"}"), 1.0);
+  EXPECT_EQ(sink_.Last("ithbat_joblog_bytes_total"), static_cast<double>(line.size()));
+  EXPECT_EQ(sink_.Last("ithbat_joblog_events_total", "{kind=\"loss\"}"), 1.0);
+  EXPECT_EQ(sink_.Last("ithbat_joblog_tracked_processes"), 1.0);
+  EXPECT_EQ(sink_.Last("ithbat_joblog_capture_mode", "{attachment=\"fake\",mode=\"ebpf\"}"), 1.0);
+  // The raw line is kept on the node.
+  auto raw = collector_->raw_ring().Read(kMinTime, kMaxTime);
+  ASSERT_EQ(raw.size(), 1u);
+  EXPECT_EQ(raw[0].pid, 100);
+  EXPECT_EQ(raw[0].text, line.substr(0, line.size() - 1));
+}
+
+TEST_F(CollectorTest, TwoProcessesInterleavedKeepTheirOwnLinesStreamsAndRanks) {
+  AddProc(100);
+  AddProc(200);
+  Make();
+  Publish({{100, Rank("j", 0)}, {200, Rank("j", 1)}});
+  Tick();
+  const std::string l0 = MegatronLine(1, 4.0) + "\n", l1 = MegatronLine(1, 5.0) + "\n";
+  Data(100, 1, l0.substr(0, 30), kT0 + 10);
+  Data(200, 2, l1.substr(0, 50), kT0 + 11);
+  Data(100, 1, l0.substr(30), kT0 + 12);
+  Data(200, 2, l1.substr(50), kT0 + 13);
+  Tick();
+  auto losses = OfKind(sink_.events(), EventKind::kLoss);
+  ASSERT_EQ(losses.size(), 2u);
+  std::map<int32_t, const Event*> by_pid;
+  for (const auto& e : losses) by_pid[e.identity.pid] = &e;
+  ASSERT_TRUE(by_pid.count(100) && by_pid.count(200));
+  EXPECT_DOUBLE_EQ(by_pid[100]->value, 4.0);
+  EXPECT_EQ(by_pid[100]->identity.rank, 0);
+  EXPECT_DOUBLE_EQ(by_pid[200]->value, 5.0);
+  EXPECT_EQ(by_pid[200]->identity.rank, 1);
+  EXPECT_EQ(sink_.Last("ithbat_joblog_lines_total", "{stream=\"stdout\"}"), 1.0);
+  EXPECT_EQ(sink_.Last("ithbat_joblog_lines_total", "{stream=\"stderr\"}"), 1.0);
+}
+
+TEST_F(CollectorTest, ForkedChildCarriesTheRootsRankWithItsOwnPid) {
+  AddProc(100);
+  AddProc(101, "", 100);
+  Make();
+  Publish({{100, Rank("j", 3)}});
+  Tick();
+  Control(CaptureRecord::Type::kFork, 101, 100, 100);
+  Data(101, 2, MegatronLine(9, 1.5) + "\n", kT0 + 5);
+  Tick();
+  const Event* loss = LossAt(sink_.events(), 9);
+  ASSERT_NE(loss, nullptr);
+  EXPECT_EQ(loss->identity.pid, 101);
+  EXPECT_EQ(loss->identity.rank, 3);
+  EXPECT_EQ(loss->identity.job, "j");
+}
+
+TEST_F(CollectorTest, ExistingChildrenAndLauncherAncestorAreFollowed) {
+  // 50 = torchrun (launcher) -> 100 (the GPU process) -> 101 (a worker that existed before).
+  AddProc(50, "", 1,
+          std::string("/usr/bin/python3\0/usr/local/bin/torchrun\0--nproc-per-node=8\0train.py", 67));
+  AddProc(100, "", 50);
+  AddProc(101, "", 100);
+  proc_.WriteFile("100/task/100/children", "101 ");
+  Make();
+  Publish({{100, Rank("j", 2)}});
+  Tick();
+  ASSERT_TRUE(state_->tracked.count(101)) << "an existing child must be tracked";
+  EXPECT_EQ(state_->tracked[101], std::make_pair(int32_t{100}, true));
+  ASSERT_TRUE(state_->tracked.count(50)) << "the torchrun launcher above must be tracked";
+  EXPECT_EQ(state_->tracked[50], std::make_pair(int32_t{100}, false)) << "without inheritance";
+  Data(50, 2, "[E ProcessGroupNCCL.cpp:1] something\n", kT0 + 1);
+  Data(101, 1, MegatronLine(3, 2.0) + "\n", kT0 + 2);
+  Tick();
+  const Event* loss = LossAt(sink_.events(), 3);
+  ASSERT_NE(loss, nullptr);
+  EXPECT_EQ(loss->identity.pid, 101);
+  EXPECT_EQ(loss->identity.rank, 2);
+  EXPECT_EQ(collector_->raw_ring().Read(kMinTime, kMaxTime, 50).size(), 1u)
+      << "the launcher's line is captured";
+  // The workers leave (they exited); the launcher is still followed for its failure summary,
+  // with the job and no rank, until it exits itself.
+  Publish({});
+  Tick();
+  EXPECT_FALSE(collector_->follows(101));
+  EXPECT_TRUE(collector_->follows(50));
+  EXPECT_TRUE(state_->tracked.count(50));
+  Data(50, 2,
+       "torch.distributed.elastic.multiprocessing.api.ChildFailedError: train.py FAILED\n"
+       "[0]:\n  time      : 2026-11-30_03:51:38\n  host      : node-17\n  rank      : 2 (local_rank: 2)\n"
+       "  exitcode  : 1 (pid: 100)\n",
+       kT0 + 3);
+  Tick();
+  EXPECT_EQ(collector_->raw_ring().Read(kMinTime, kMaxTime, 50).size(), 7u);
+  for (const auto& e : sink_.events()) {
+    if (e.identity.pid != 50) continue;
+    EXPECT_EQ(e.identity.job, "j");
+  }
+  Control(CaptureRecord::Type::kExit, 50);
+  Tick();
+  EXPECT_FALSE(collector_->follows(50));
+}
+
+TEST_F(CollectorTest, EnvironmentOptOutIsNotCapturedAndCounted) {
+  AddProc(100, std::string("PATH=/bin\0ITHBAT_JOBLOG=off\0", 29));
+  AddProc(200);
+  Make();
+  Publish({{100, Rank("j", 0)}, {200, Rank("j", 1)}});
+  Tick();
+  EXPECT_FALSE(state_->tracked.count(100)) << "an opted-out process must not be tracked in the kernel";
+  EXPECT_TRUE(state_->tracked.count(200));
+  Data(100, 1, MegatronLine(1, 9.0) + "\n", kT0 + 1);  // late data of the opted-out process
+  Tick();
+  EXPECT_EQ(LossAt(sink_.events(), 1), nullptr);
+  EXPECT_EQ(collector_->opted_out_processes(), 1u);
+  EXPECT_EQ(sink_.Last("ithbat_joblog_opted_out_processes"), 1.0);
+}
+
+TEST_F(CollectorTest, ConfiguredJobOptOut) {
+  AddProc(100);
+  AddProc(200);
+  JobLogOptions o;
+  auto list = ParseOptOutList("job:secret-job, user:nobody-here");
+  ASSERT_TRUE(list.has_value());
+  o.opt_out = *list;
+  Make(std::move(o));
+  Publish({{100, Rank("secret-job", 0)}, {200, Rank("open-job", 0)}});
+  Tick();
+  EXPECT_FALSE(state_->tracked.count(100));
+  EXPECT_TRUE(state_->tracked.count(200));
+  EXPECT_EQ(collector_->opted_out_processes(), 1u);
+}
+
+TEST_F(CollectorTest, ExitFlushesThePartialLineAndFreesTheState) {
+  AddProc(100);
+  Make();
+  Publish({{100, Rank("j", 0)}});
+  Tick();
+  Data(100, 1, MegatronLine(4, 3.25), kT0 + 7);  // no newline: pending
+  Tick();
+  EXPECT_EQ(LossAt(sink_.events(), 4), nullptr);
+  EXPECT_TRUE(collector_->follows(100));
+  Control(CaptureRecord::Type::kExit, 100);
+  Tick();
+  EXPECT_NE(LossAt(sink_.events(), 4), nullptr) << "the last line without newline is emitted at exit";
+  EXPECT_FALSE(collector_->follows(100));
+  EXPECT_EQ(sink_.Last("ithbat_joblog_tracked_processes"), 0.0);
+}
+
+TEST_F(CollectorTest, LeavingTheTrackedSetUntracksAndFrees) {
+  AddProc(100);
+  AddProc(101, "", 100);
+  Make();
+  Publish({{100, Rank("j", 0)}});
+  Tick();
+  Control(CaptureRecord::Type::kFork, 101, 100, 100);
+  Tick();
+  EXPECT_TRUE(collector_->follows(101));
+  Publish({});
+  Tick();
+  EXPECT_FALSE(collector_->follows(100));
+  EXPECT_FALSE(collector_->follows(101));
+  EXPECT_FALSE(state_->tracked.count(100));
+}
+
+TEST_F(CollectorTest, ProcessBoundIsKeptAndCounted) {
+  for (int pid : {100, 200, 300}) AddProc(pid);
+  JobLogOptions o;
+  o.max_processes = 2;
+  Make(std::move(o));
+  Publish({{100, Rank("j", 0)}, {200, Rank("j", 1)}, {300, Rank("j", 2)}});
+  Tick();
+  EXPECT_EQ(collector_->followed_processes(), 2u);
+  EXPECT_EQ(state_->tracked.size(), 2u);
+  EXPECT_EQ(sink_.Last("ithbat_joblog_processes_refused_total"), 1.0);
+}
+
+TEST_F(CollectorTest, LostChunkDoesNotGlueTwoLines) {
+  AddProc(100);
+  Make();
+  Publish({{100, Rank("j", 0)}});
+  Tick();
+  const std::string a = MegatronLine(1, 1.0) + "\n" + MegatronLine(2, 2.0);  // first chunk of a call
+  Data(100, 1, a, kT0 + 1, 0, a.size() + 100);
+  // The second chunk (offset a.size()) was lost; the next write starts a new call.
+  Data(100, 1, MegatronLine(3, 3.0) + "\n", kT0 + 2);
+  Tick();
+  auto events = sink_.events();
+  ASSERT_NE(LossAt(events, 1), nullptr);
+  ASSERT_NE(LossAt(events, 3), nullptr) << "the line after the gap must parse on its own";
+  EXPECT_DOUBLE_EQ(LossAt(events, 3)->value, 3.0);
+}
+
+TEST_F(CollectorTest, LoggedStepsCalibrateTheStepTimeline) {
+  AddProc(100);
+  Make();
+  Publish({{100, Rank("j", 4)}});
+  Tick();
+  Data(100, 1, MegatronLine(10, 2.0) + "\n", kT0 + 1 * kNsPerSec);
+  Data(100, 1, MegatronLine(11, 1.9) + "\n", kT0 + 3 * kNsPerSec);
+  Tick();
+  auto steps = sink_.steps();
+  ASSERT_FALSE(steps.empty());
+  const auto& last = steps.back();
+  EXPECT_EQ(last.job, "j");
+  EXPECT_EQ(last.rank, 4);
+  EXPECT_EQ(last.span.step, 11);
+  EXPECT_EQ(last.span.start, kT0 + 1 * kNsPerSec) << "from the previous logged step";
+  EXPECT_EQ(last.span.end, kT0 + 3 * kNsPerSec);
+}
+
+TEST_F(CollectorTest, RankPrefixInTheLineOverridesTheProcessRank) {
+  AddProc(100);
+  Make();
+  Publish({{100, Rank("j", 0)}});
+  Tick();
+  Data(100, 2,
+       "[rank5]:[E ProcessGroupNCCL.cpp:632] [Rank 5] Watchdog caught collective operation timeout: "
+       "WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 "
+       "milliseconds before timing out.\n",
+       kT0 + 1);
+  Tick();
+  auto errors = OfKind(sink_.events(), EventKind::kError);
+  ASSERT_FALSE(errors.empty());
+  EXPECT_EQ(errors[0].identity.rank, 5);
+  EXPECT_EQ(errors[0].identity.pid, 100);
+}
+
+TEST_F(CollectorTest, JobOptOutLearnedLaterStopsTheCapture) {
+  AddProc(100);
+  JobLogOptions o;
+  o.opt_out = {OptOut{OptOut::Kind::kJob, "late-job"}};
+  Make(std::move(o));
+  Publish({{100, Rank("", 0)}});  // the job id is not resolved yet
+  Tick();
+  EXPECT_TRUE(state_->tracked.count(100));
+  Publish({{100, Rank("late-job", 0)}});
+  Tick();
+  EXPECT_FALSE(state_->tracked.count(100));
+  EXPECT_FALSE(collector_->follows(100));
+  EXPECT_EQ(collector_->opted_out_processes(), 1u);
+}
+
+TEST(JobLogCollectorDegraded, ASourceThatCannotStartDegradesWithItsReason) {
+  auto state = std::make_shared<FakeState>();
+  JobLogOptions o;
+  o.make_sources = [state]() -> Result<std::vector<std::unique_ptr<CaptureSource>>> {
+    auto s = std::make_unique<FakeSource>(state);
+    s->start_error = Error{ErrorCode::kPermission, "BPF load failed: no CAP_BPF"};
+    std::vector<std::unique_ptr<CaptureSource>> v;
+    v.push_back(std::move(s));
+    return v;
+  };
+  auto c = JobLogCollector::Create(std::move(o));
+  ASSERT_TRUE(c.has_value());
+  testing::FakeSink sink;
+  ASSERT_TRUE((*c)->Init(sink).has_value());
+  ASSERT_TRUE((*c)->Start().has_value()) << "a capture that cannot start must not stop the agent";
+  EXPECT_NE((*c)->Health().degraded.find("BPF load failed: no CAP_BPF"), std::string::npos)
+      << (*c)->Health().degraded;
+  EXPECT_TRUE((*c)->Collect(kT0).has_value());
+}
+
+TEST_F(CollectorTest, ErrorTextIsRedactedBeforeItIsStored) {
+  AddProc(100);
+  Make();
+  Publish({{100, Rank("j", 0)}});
+  Tick();
+  Data(100, 2,
+       "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB; api_key=sk-abcdefghijklmnopqrstuvwx\n",
+       kT0 + 1);
+  Tick();
+  auto errors = OfKind(sink_.events(), EventKind::kError);
+  ASSERT_FALSE(errors.empty()) << "the OOM line must be an error event";
+  for (const auto& e : errors)
+    EXPECT_EQ(e.text.find("sk-abcdefghijklmnopqrstuvwx"), std::string::npos) << e.text;
+  for (const auto& l : collector_->raw_ring().Read(kMinTime, kMaxTime)) {
+    EXPECT_EQ(l.text.find("sk-abcdefghijklmnopqrstuvwx"), std::string::npos) << l.text;
+  }
+}
+
+TEST(JobLogParse, OptOutListAndModes) {
+  auto l = ParseOptOutList("job:1,user:alice user:1001");
+  ASSERT_TRUE(l.has_value());
+  ASSERT_EQ(l->size(), 3u);
+  EXPECT_EQ((*l)[0], (OptOut{OptOut::Kind::kJob, "1"}));
+  EXPECT_EQ((*l)[2], (OptOut{OptOut::Kind::kUser, "1001"}));
+  EXPECT_FALSE(ParseOptOutList("group:x").has_value());
+  EXPECT_FALSE(ParseOptOutList("job:").has_value());
+  EXPECT_EQ(ParseCaptureMode("tail").value(), CaptureMode::kTail);
+  EXPECT_FALSE(ParseCaptureMode("kprobe").has_value());
+  auto t = ParseTailSpec("/var/log/x.log?job=12&rank=3");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->path, "/var/log/x.log");
+  EXPECT_EQ(t->identity.job, "12");
+  EXPECT_EQ(t->identity.rank, 3);
+  EXPECT_FALSE(ParseTailSpec("/x?rank=-1").has_value());
+  EXPECT_FALSE(ParseTailSpec("/x?color=red").has_value());
+  EXPECT_FALSE(ParseTailSpec("?job=1").has_value());
+}
+
+TEST(JobLogCollectorCreate, UnknownFormatIsRefused) {
+  JobLogOptions o;
+  o.format = "no-such-framework";
+  EXPECT_FALSE(JobLogCollector::Create(std::move(o)).has_value());
+}
+
+}  // namespace
+}  // namespace ithbat::collect::joblog
