@@ -1,0 +1,356 @@
+// SPDX-License-Identifier: GPL-2.0
+// CUDA driver and NCCL API probes (src/collect/probes): entry uprobes on libcuda/libnccl
+// functions, uretprobes on the calls whose duration matters, aggregated in the kernel.
+//
+// Two programs, written once and attached many times: probe_enter (uprobe) and probe_exit
+// (uretprobe). Each attachment carries a 64-bit cookie (cuda_probes_abi.h) that names the probe
+// id and says what to read from the arguments, so one program serves every function of a
+// family and user space decides the table. Attachments are per process (pid-filtered), at file
+// offsets resolved by user space (exported symbols and cuGetProcAddress results).
+//
+// What a hit costs: one trap plus a few hash updates. Launch probes are entry-only (one trap);
+// per-call records go to the ring buffer only for NCCL collectives and communicator init.
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "cuda_probes_abi.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define EEXIST 17
+
+// libbpf 1.1's bpf_tracing.h stops at PT_REGS_PARM5.
+#if defined(__TARGET_ARCH_x86)
+#define ITHBAT_PARM6(ctx) (((struct pt_regs *)(ctx))->r9)
+#elif defined(__TARGET_ARCH_arm64)
+#define ITHBAT_PARM6(ctx) (((struct user_pt_regs *)(ctx))->regs[5])
+#endif
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, CUDA_PROBES_MAX_STATS);
+  __type(key, struct cuda_probe_key);
+  __type(value, struct cuda_probe_value);
+} stats SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct cuda_probe_global);
+} globals SEC(".maps");
+
+// Entry of a timed call, per (thread, probe): calls of one family do not nest on one thread,
+// different families may (NCCL init synchronises streams).
+struct entry_key {
+  __u32 tid;
+  __u32 probe;
+};
+struct entry_val {
+  __u64 time_ns;
+  __u64 arg1;
+  __u64 arg2;
+  __u64 arg3;
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, CUDA_PROBES_MAX_THREADS);
+  __type(key, struct entry_key);
+  __type(value, struct entry_val);
+} entries SEC(".maps");
+
+// Last launch time per thread (inter-launch gap).
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, CUDA_PROBES_MAX_THREADS);
+  __type(key, __u32);
+  __type(value, __u64);
+} last_launch SEC(".maps");
+
+// NCCL group nesting depth per thread.
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, CUDA_PROBES_MAX_THREADS);
+  __type(key, __u32);
+  __type(value, __u32);
+} group_depth SEC(".maps");
+
+struct comm_key {
+  __u32 tgid;
+  __u32 pad;
+  __u64 comm;
+};
+struct comm_info {
+  __u64 seq;
+  __s32 nranks;
+  __s32 rank;
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, CUDA_PROBES_MAX_COMMS);
+  __type(key, struct comm_key);
+  __type(value, struct comm_info);
+} comms SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 1 << 20);
+} records SEC(".maps");
+
+static __always_inline struct cuda_probe_global *global(void) {
+  __u32 zero = 0;
+  return bpf_map_lookup_elem(&globals, &zero);
+}
+
+static __always_inline struct cuda_probe_value *stat_slot(__u32 tgid, __u32 probe, __u32 slot) {
+  struct cuda_probe_key k = {.tgid = tgid, .probe = (__u16)probe, .slot = (__u16)slot};
+  struct cuda_probe_value *v = bpf_map_lookup_elem(&stats, &k);
+  if (v) return v;
+  struct cuda_probe_value zero = {};
+  long err = bpf_map_update_elem(&stats, &k, &zero, BPF_NOEXIST);
+  if (err && err != -EEXIST) {
+    struct cuda_probe_global *g = global();
+    if (g) __sync_fetch_and_add(&g->stats_full, 1);
+    return 0;
+  }
+  return bpf_map_lookup_elem(&stats, &k);
+}
+
+static __always_inline void stat_add(__u32 tgid, __u32 probe, __u32 slot, __u64 count, __u64 sum) {
+  struct cuda_probe_value *v = stat_slot(tgid, probe, slot);
+  if (!v) return;
+  __sync_fetch_and_add(&v->count, count);
+  if (sum) __sync_fetch_and_add(&v->sum, sum);
+}
+
+static __always_inline __u32 log2_bucket(__u64 v) {
+  __u32 r = 0;
+  if (v >> 32) { v >>= 32; r += 32; }
+  if (v >> 16) { v >>= 16; r += 16; }
+  if (v >> 8) { v >>= 8; r += 8; }
+  if (v >> 4) { v >>= 4; r += 4; }
+  if (v >> 2) { v >>= 2; r += 2; }
+  if (v >> 1) { r += 1; }
+  return r < CUDA_HIST_BUCKETS ? r : CUDA_HIST_BUCKETS - 1;
+}
+
+// Argument n (1-based) at function entry, per the platform's calling convention
+// (nvidia-abi.md §3.2): x86-64 passes 6 in registers, the 7th at [rsp+8] (return address at
+// [rsp]); aarch64 passes 8 in registers.
+static __always_inline __u64 arg_n(struct pt_regs *ctx, __u32 n) {
+  switch (n) {
+    case 1: return PT_REGS_PARM1(ctx);
+    case 2: return PT_REGS_PARM2(ctx);
+    case 3: return PT_REGS_PARM3(ctx);
+    case 4: return PT_REGS_PARM4(ctx);
+    case 5: return PT_REGS_PARM5(ctx);
+    case 6: return ITHBAT_PARM6(ctx);
+    case 7: {
+#if defined(__TARGET_ARCH_x86)
+      __u64 v = 0;
+      bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8));
+      return v;
+#elif defined(__TARGET_ARCH_arm64)
+      return ((struct user_pt_regs *)ctx)->regs[6];
+#else
+      return 0;
+#endif
+    }
+    default: return 0;
+  }
+}
+
+// ncclDataType_t → bytes (nvidia-abi.md §4.3); 0 for an unknown type.
+static __always_inline __u64 nccl_type_size(__s32 t) {
+  switch (t) {
+    case 0: case 1: case 10: case 11: return 1;
+    case 6: case 9: return 2;
+    case 2: case 3: case 7: return 4;
+    case 4: case 5: case 8: return 8;
+    default: return 0;
+  }
+}
+
+static __always_inline __u32 current_group_depth(__u32 tid) {
+  __u32 *d = bpf_map_lookup_elem(&group_depth, &tid);
+  return d ? *d : 0;
+}
+
+static __always_inline __u64 nccl_collective(struct pt_regs *ctx, __u64 cookie, __u32 probe, __u32 tgid,
+                                             __u32 tid, __u64 now) {
+  __u32 flags = CUDA_PROBE_COOKIE_FLAGS(cookie);
+  __u64 count = arg_n(ctx, CUDA_PROBE_COOKIE_ARG_BYTES(cookie));
+  __s32 dtype = (__s32)arg_n(ctx, CUDA_PROBE_COOKIE_ARG_DTYPE(cookie));
+  __u64 comm = arg_n(ctx, CUDA_PROBE_COOKIE_ARG_COMM(cookie));
+  __u64 bytes = count * nccl_type_size(dtype);
+
+  struct comm_key ck = {.tgid = tgid, .comm = comm};
+  struct comm_info *ci = bpf_map_lookup_elem(&comms, &ck);
+  if (!ci) {
+    struct comm_info fresh = {.seq = 0, .nranks = -1, .rank = -1};
+    bpf_map_update_elem(&comms, &ck, &fresh, BPF_NOEXIST);
+    ci = bpf_map_lookup_elem(&comms, &ck);
+  }
+  __u64 seq = 0;
+  __s32 nranks = -1, rank = -1;
+  if (ci) {
+    // Not atomic: NCCL forbids concurrent calls on one communicator, so one thread at a time
+    // bumps a given comm's sequence.
+    ci->seq += 1;
+    seq = ci->seq;
+    nranks = ci->nranks;
+    rank = ci->rank;
+  } else {
+    struct cuda_probe_global *g = global();
+    if (g) __sync_fetch_and_add(&g->comms_full, 1);
+  }
+  if ((flags & CUDA_PROBE_F_NCCL_TIMES_N) && nranks > 0) bytes *= (__u64)nranks;
+
+  struct cuda_probe_record *r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
+  if (!r) {
+    struct cuda_probe_global *g = global();
+    if (g) __sync_fetch_and_add(&g->ring_dropped, 1);
+    return bytes;
+  }
+  r->kind = CUDA_REC_COLLECTIVE;
+  r->tgid = tgid;
+  r->tid = tid;
+  r->probe = (__u16)probe;
+  r->group_depth = (__u16)current_group_depth(tid);
+  r->time_ns = now;
+  r->comm = comm;
+  r->seq = seq;
+  r->count = count;
+  r->bytes = bytes;
+  r->dtype = dtype;
+  r->nranks = nranks;
+  r->rank = rank;
+  r->pad = 0;
+  r->duration_ns = 0;
+  bpf_ringbuf_submit(r, 0);
+  return bytes;
+}
+
+SEC("uprobe")
+int probe_enter(struct pt_regs *ctx) {
+  __u64 cookie = bpf_get_attach_cookie(ctx);
+  __u32 probe = CUDA_PROBE_COOKIE_ID(cookie);
+  __u32 flags = CUDA_PROBE_COOKIE_FLAGS(cookie);
+  __u64 pid_tgid = bpf_get_current_pid_tgid();
+  __u32 tgid = pid_tgid >> 32;
+  __u32 tid = (__u32)pid_tgid;
+  __u64 now = bpf_ktime_get_ns();
+  if (probe >= CUDA_PROBES_MAX_PROBES) return 0;
+
+  __u64 sum = 0;
+  if (flags & CUDA_PROBE_F_GRID3) {
+    sum = (__u64)(__u32)PT_REGS_PARM2(ctx) * (__u32)PT_REGS_PARM3(ctx) * (__u32)PT_REGS_PARM4(ctx);
+  } else if (flags & CUDA_PROBE_F_GRID_CFG) {
+    __u32 grid[3] = {};
+    if (bpf_probe_read_user(grid, sizeof(grid), (void *)PT_REGS_PARM1(ctx)) == 0)
+      sum = (__u64)grid[0] * grid[1] * grid[2];
+  } else if (flags & CUDA_PROBE_F_NCCL_COLL) {
+    sum = nccl_collective(ctx, cookie, probe, tgid, tid, now);
+  } else if (CUDA_PROBE_COOKIE_ARG_BYTES(cookie)) {
+    sum = arg_n(ctx, CUDA_PROBE_COOKIE_ARG_BYTES(cookie));
+  }
+  stat_add(tgid, probe, CUDA_SLOT_CALLS, 1, sum);
+
+  if (flags & CUDA_PROBE_F_LAUNCH) {
+    __u64 *last = bpf_map_lookup_elem(&last_launch, &tid);
+    if (last) {
+      __u64 gap = now > *last ? now - *last : 0;
+      *last = now;
+      stat_add(tgid, CUDA_PROBE_ID_LAUNCH_GAP, CUDA_SLOT_HIST + log2_bucket(gap), 1, gap);
+      struct cuda_probe_value *m = stat_slot(tgid, CUDA_PROBE_ID_LAUNCH_GAP, CUDA_SLOT_GAP_MAX);
+      if (m) {
+        __sync_fetch_and_add(&m->count, 1);
+        if (m->sum < gap) m->sum = gap;  // racy max: a lost update only lowers one tick's max
+      }
+    } else {
+      // The first launch this thread makes since attachment has no gap.
+      bpf_map_update_elem(&last_launch, &tid, &now, BPF_ANY);
+    }
+  }
+  if (flags & CUDA_PROBE_F_GROUP_START) {
+    __u32 *d = bpf_map_lookup_elem(&group_depth, &tid);
+    if (d) {
+      *d += 1;
+    } else {
+      __u32 one = 1;
+      bpf_map_update_elem(&group_depth, &tid, &one, BPF_ANY);
+    }
+  }
+  if (flags & CUDA_PROBE_F_GROUP_END) {
+    __u32 *d = bpf_map_lookup_elem(&group_depth, &tid);
+    if (d && *d > 0) *d -= 1;
+  }
+  if (flags & CUDA_PROBE_F_COMM_DESTROY) {
+    struct comm_key ck = {.tgid = tgid, .comm = PT_REGS_PARM1(ctx)};
+    bpf_map_delete_elem(&comms, &ck);
+  }
+  if (flags & CUDA_PROBE_F_TIMED) {
+    struct entry_key ek = {.tid = tid, .probe = probe};
+    struct entry_val ev = {
+        .time_ns = now, .arg1 = PT_REGS_PARM1(ctx), .arg2 = PT_REGS_PARM2(ctx), .arg3 = PT_REGS_PARM3(ctx)};
+    bpf_map_update_elem(&entries, &ek, &ev, BPF_ANY);
+  }
+  return 0;
+}
+
+SEC("uretprobe")
+int probe_exit(struct pt_regs *ctx) {
+  __u64 cookie = bpf_get_attach_cookie(ctx);
+  __u32 probe = CUDA_PROBE_COOKIE_ID(cookie);
+  __u32 flags = CUDA_PROBE_COOKIE_FLAGS(cookie);
+  __u64 pid_tgid = bpf_get_current_pid_tgid();
+  __u32 tgid = pid_tgid >> 32;
+  __u32 tid = (__u32)pid_tgid;
+  __u64 now = bpf_ktime_get_ns();
+  if (probe >= CUDA_PROBES_MAX_PROBES) return 0;
+
+  struct entry_key ek = {.tid = tid, .probe = probe};
+  struct entry_val *ev = bpf_map_lookup_elem(&entries, &ek);
+  if (!ev) {
+    struct cuda_probe_global *g = global();
+    if (g) __sync_fetch_and_add(&g->entry_missing, 1);
+    return 0;
+  }
+  __u64 d = now > ev->time_ns ? now - ev->time_ns : 0;
+  __u64 comm_ptr_addr = ev->arg1;
+  __s32 nranks = (__s32)ev->arg2;
+  __s32 rank = (__s32)ev->arg3;
+  __u64 start = ev->time_ns;
+  bpf_map_delete_elem(&entries, &ek);
+  stat_add(tgid, probe, CUDA_SLOT_LATENCY, 1, d);
+  stat_add(tgid, probe, CUDA_SLOT_HIST + log2_bucket(d), 1, d);
+
+  if ((flags & CUDA_PROBE_F_COMM_INIT) && PT_REGS_RC(ctx) == 0) {
+    __u64 comm = 0;
+    if (bpf_probe_read_user(&comm, sizeof(comm), (void *)comm_ptr_addr) != 0 || comm == 0) return 0;
+    struct comm_key ck = {.tgid = tgid, .comm = comm};
+    struct comm_info ci = {.seq = 0, .nranks = nranks, .rank = rank};
+    bpf_map_update_elem(&comms, &ck, &ci, BPF_ANY);
+    struct cuda_probe_record *r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
+    if (!r) {
+      struct cuda_probe_global *g = global();
+      if (g) __sync_fetch_and_add(&g->ring_dropped, 1);
+      return 0;
+    }
+    __builtin_memset(r, 0, sizeof(*r));
+    r->kind = CUDA_REC_COMM_INIT;
+    r->tgid = tgid;
+    r->tid = tid;
+    r->probe = (__u16)probe;
+    r->time_ns = start;
+    r->comm = comm;
+    r->nranks = nranks;
+    r->rank = rank;
+    r->duration_ns = d;
+    bpf_ringbuf_submit(r, 0);
+  }
+  return 0;
+}

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/* The contract between bpf/cuda_probes.bpf.c and src/collect/probes: map layouts, record
+ * layouts and the attach cookie. Plain C types only (both the BPF program, with vmlinux.h, and
+ * C++ user space include it). Change both sides together. */
+#ifndef ITHBAT_BPF_CUDA_PROBES_ABI_H_
+#define ITHBAT_BPF_CUDA_PROBES_ABI_H_
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+/* Attach cookie (bpf_get_attach_cookie), 64 bits, set per attachment by user space:
+ *   bits  0..15  probe id (src/collect/probes/probe_table.h; < CUDA_PROBES_MAX_PROBES)
+ *   bits 16..19  argument (1..7) that holds a byte count / element count (0 = none)
+ *   bits 20..23  NCCL: argument holding the data type (1..7)
+ *   bits 24..27  NCCL: argument holding the communicator (1..7; 7 = first stack slot)
+ *   bits 32..47  flags (CUDA_PROBE_F_*) */
+#define CUDA_PROBE_COOKIE(id, arg_bytes, arg_dtype, arg_comm, flags)                         \
+  ((__u64)(id) | ((__u64)(arg_bytes) << 16) | ((__u64)(arg_dtype) << 20) |                 \
+   ((__u64)(arg_comm) << 24) | ((__u64)(flags) << 32))
+#define CUDA_PROBE_COOKIE_ID(c) ((__u32)((c)&0xffff))
+#define CUDA_PROBE_COOKIE_ARG_BYTES(c) ((__u32)(((c) >> 16) & 0xf))
+#define CUDA_PROBE_COOKIE_ARG_DTYPE(c) ((__u32)(((c) >> 20) & 0xf))
+#define CUDA_PROBE_COOKIE_ARG_COMM(c) ((__u32)(((c) >> 24) & 0xf))
+#define CUDA_PROBE_COOKIE_FLAGS(c) ((__u32)(((c) >> 32) & 0xffff))
+
+enum cuda_probe_flags {
+  CUDA_PROBE_F_LAUNCH = 1 << 0,       /* a kernel launch: inter-launch gap per thread */
+  CUDA_PROBE_F_GRID3 = 1 << 1,        /* grid blocks = arg2 * arg3 * arg4 (cuLaunchKernel) */
+  CUDA_PROBE_F_GRID_CFG = 1 << 2,     /* grid blocks from CUlaunchConfig* arg1 (cuLaunchKernelEx) */
+  CUDA_PROBE_F_TIMED = 1 << 3,        /* entry and return attached: latency */
+  CUDA_PROBE_F_NCCL_COLL = 1 << 4,    /* an NCCL collective / p2p: ring record */
+  CUDA_PROBE_F_NCCL_TIMES_N = 1 << 5, /* bytes = count * size(dtype) * nranks */
+  CUDA_PROBE_F_GROUP_START = 1 << 6,
+  CUDA_PROBE_F_GROUP_END = 1 << 7,
+  CUDA_PROBE_F_COMM_INIT = 1 << 8,    /* ncclCommInitRank*: comm**=arg1, nranks=arg2, rank=arg3 */
+  CUDA_PROBE_F_COMM_DESTROY = 1 << 9, /* ncclCommDestroy/Abort: comm=arg1 */
+};
+
+#define CUDA_PROBES_MAX_PROBES 128
+
+/* Stats map: key (tgid, probe, slot) -> (count, sum). Counters only grow while the process is
+ * attached (user space deletes a process's keys after it detached), except the *_MAX slots that
+ * user space reads and zeroes each tick. */
+enum cuda_probe_slot {
+  CUDA_SLOT_CALLS = 0,   /* count = calls (entries); sum = bytes or grid blocks */
+  CUDA_SLOT_LATENCY = 1, /* count = returns seen; sum = ns between entry and return */
+  CUDA_SLOT_GAP_MAX = 2, /* CUDA_PROBE_ID_LAUNCH_GAP only: sum = max gap ns since last reset */
+  CUDA_SLOT_HIST = 8,    /* + log2 bucket (ns): latency of a timed probe, or gaps of
+                            CUDA_PROBE_ID_LAUNCH_GAP; count per bucket, sum = ns in it */
+};
+#define CUDA_HIST_BUCKETS 40 /* 2^0 ns .. 2^39 ns (~9 min); larger values go to the last */
+
+/* Pseudo probe ids (not attachments): aggregates the program keeps per process. */
+#define CUDA_PROBE_ID_LAUNCH_GAP (CUDA_PROBES_MAX_PROBES - 1)
+
+struct cuda_probe_key {
+  __u32 tgid;
+  __u16 probe;
+  __u16 slot;
+};
+
+struct cuda_probe_value {
+  __u64 count;
+  __u64 sum;
+};
+
+/* Global counters (array map, index 0). */
+struct cuda_probe_global {
+  __u64 stats_full;    /* a stats update found the map full (counts lost) */
+  __u64 ring_dropped;  /* ring-buffer records dropped (buffer full) */
+  __u64 entry_missing; /* a return without its entry (attached mid-call) */
+  __u64 comms_full;    /* communicator table full */
+};
+
+#define CUDA_PROBES_MAX_STATS 32768
+#define CUDA_PROBES_MAX_COMMS 4096
+#define CUDA_PROBES_MAX_THREADS 65536
+
+/* Per-collective record through the ring buffer (kind = CUDA_REC_*). Times: CLOCK_MONOTONIC
+ * (bpf_ktime_get_ns) at entry of the API call, i.e. host enqueue time. */
+enum cuda_probe_record_kind {
+  CUDA_REC_COLLECTIVE = 1,
+  CUDA_REC_COMM_INIT = 2,
+};
+
+struct cuda_probe_record {
+  __u32 kind;
+  __u32 tgid;
+  __u32 tid;
+  __u16 probe;
+  __u16 group_depth; /* NCCL group nesting depth of the thread at the call (0 = not in a group) */
+  __u64 time_ns;     /* CLOCK_MONOTONIC at entry */
+  __u64 comm;        /* ncclComm_t (an address in the process) */
+  __u64 seq;         /* per-communicator sequence number since the probes were attached (1-based) */
+  __u64 count;       /* elements */
+  __u64 bytes;       /* count * size(dtype) (* nranks where the op's message is the whole buffer) */
+  __s32 dtype;
+  __s32 nranks;      /* -1 when the communicator's init was not seen */
+  __s32 rank;
+  __s32 pad;
+  __u64 duration_ns; /* CUDA_REC_COMM_INIT: init call duration */
+};
+
+#endif /* ITHBAT_BPF_CUDA_PROBES_ABI_H_ */

@@ -1,0 +1,227 @@
+#include "collect/probes/probe_bpf.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fmt/core.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "collect/probes/probe_table.h"
+#include "cuda_probes.skel.h"
+
+namespace ithbat::collect::probes {
+
+namespace {
+
+// uapi (kernel 6.6+) values libbpf 1.1's headers predate.
+constexpr int kBpfTraceUprobeMulti = 48;    // enum bpf_attach_type BPF_TRACE_UPROBE_MULTI
+constexpr uint32_t kUprobeMultiReturn = 1;  // BPF_F_UPROBE_MULTI_RETURN
+constexpr int kBpfLinkCreate = 28;          // enum bpf_cmd BPF_LINK_CREATE
+
+// union bpf_attr's link_create member with its uprobe_multi arm, as in include/uapi/linux/bpf.h.
+struct LinkCreateUprobeMulti {
+  uint32_t prog_fd;
+  uint32_t target_fd;
+  uint32_t attach_type;
+  uint32_t flags;
+  uint64_t path;
+  uint64_t offsets;
+  uint64_t ref_ctr_offsets;
+  uint64_t cookies;
+  uint32_t cnt;
+  uint32_t multi_flags;
+  uint32_t pid;
+  uint32_t pad;
+};
+static_assert(sizeof(LinkCreateUprobeMulti) == 64);
+
+}  // namespace
+
+Attachment::~Attachment() {
+  for (bpf_link* l : links_) bpf_link__destroy(l);
+  for (int fd : fds_) close(fd);
+}
+
+ProbeBpf::~ProbeBpf() {
+  if (rb_ != nullptr) ring_buffer__free(rb_);
+  if (skel_ != nullptr) cuda_probes_bpf__destroy(skel_);
+}
+
+Result<std::unique_ptr<ProbeBpf>> ProbeBpf::Load() {
+  std::unique_ptr<ProbeBpf> p(new ProbeBpf());
+  // uprobe_multi first (a kernel without it refuses the attach type at load), then classic.
+  // ITHBAT_PROBES_NO_MULTI=1 forces the classic way (tests of the fallback).
+  const char* no_multi = std::getenv("ITHBAT_PROBES_NO_MULTI");
+  const bool try_multi = no_multi == nullptr || std::strcmp(no_multi, "1") != 0;
+  std::string multi_error;
+  for (int attempt = try_multi ? 0 : 1; attempt < 2; ++attempt) {
+    p->skel_ = cuda_probes_bpf__open();
+    if (p->skel_ == nullptr) {
+      return MakeErrorF(ErrorCode::kUnavailable, "cannot open the CUDA probes BPF object: {}",
+                        std::strerror(errno));
+    }
+    if (attempt == 0) {
+      bpf_program__set_expected_attach_type(p->skel_->progs.probe_enter,
+                                            static_cast<bpf_attach_type>(kBpfTraceUprobeMulti));
+      bpf_program__set_expected_attach_type(p->skel_->progs.probe_exit,
+                                            static_cast<bpf_attach_type>(kBpfTraceUprobeMulti));
+    }
+    const int err = cuda_probes_bpf__load(p->skel_);
+    if (err == 0) {
+      p->multi_ = attempt == 0;
+      break;
+    }
+    cuda_probes_bpf__destroy(p->skel_);
+    p->skel_ = nullptr;
+    if (attempt == 0) {
+      multi_error = std::strerror(-err);
+      continue;
+    }
+    return MakeErrorF(ErrorCode::kUnavailable, "the kernel refused the CUDA probes BPF programs: {}{}",
+                      std::strerror(-err), multi_error.empty() ? "" : " (uprobe_multi: " + multi_error + ")");
+  }
+  p->rb_ = ring_buffer__new(bpf_map__fd(p->skel_->maps.records), &ProbeBpf::OnRecord, p.get(), nullptr);
+  if (p->rb_ == nullptr) {
+    return MakeErrorF(ErrorCode::kUnavailable, "cannot map the CUDA probes ring buffer: {}",
+                      std::strerror(errno));
+  }
+  return p;
+}
+
+int ProbeBpf::OnRecord(void* ctx, void* data, size_t size) {
+  auto* self = static_cast<ProbeBpf*>(ctx);
+  if (size < sizeof(cuda_probe_record) || !self->sink_) return 0;
+  cuda_probe_record r;
+  std::memcpy(&r, data, sizeof(r));
+  self->sink_(r);
+  return 0;
+}
+
+Result<std::unique_ptr<Attachment>> ProbeBpf::AttachMulti(int32_t pid, const std::string& path,
+                                                          const std::vector<Target>& targets) {
+  auto a = std::make_unique<Attachment>();
+  for (const bool ret : {false, true}) {
+    std::vector<uint64_t> offsets, cookies;
+    for (const Target& t : targets) {
+      const ProbeSpec* p = FindProbe(t.probe);
+      if (p == nullptr || (ret && !p->timed)) continue;
+      offsets.push_back(t.offset);
+      cookies.push_back(p->Cookie());
+    }
+    if (offsets.empty()) continue;
+    LinkCreateUprobeMulti attr{};
+    attr.prog_fd =
+        static_cast<uint32_t>(bpf_program__fd(ret ? skel_->progs.probe_exit : skel_->progs.probe_enter));
+    attr.attach_type = kBpfTraceUprobeMulti;
+    attr.path = reinterpret_cast<uintptr_t>(path.c_str());
+    attr.offsets = reinterpret_cast<uintptr_t>(offsets.data());
+    attr.cookies = reinterpret_cast<uintptr_t>(cookies.data());
+    attr.cnt = static_cast<uint32_t>(offsets.size());
+    attr.multi_flags = ret ? kUprobeMultiReturn : 0;
+    attr.pid = static_cast<uint32_t>(pid);
+    const long fd = syscall(__NR_bpf, kBpfLinkCreate, &attr, sizeof(attr));
+    if (fd < 0) {
+      const int err = errno;
+      a->failed_ += offsets.size();
+      if (a->first_error_.empty()) {
+        a->first_error_ = fmt::format("uprobe_multi ({} {} probes) in {}: {}", offsets.size(),
+                                      ret ? "return" : "entry", path, std::strerror(err));
+      }
+      continue;
+    }
+    // O_CLOEXEC: the kernel sets it on BPF link fds already.
+    a->fds_.push_back(static_cast<int>(fd));
+    a->points_ += offsets.size();
+  }
+  if (a->fds_.empty() && a->failed_ > 0) {
+    return MakeErrorF(ErrorCode::kUnavailable, "pid {}: no uprobe attached ({})", pid, a->first_error_);
+  }
+  return a;
+}
+
+Result<std::unique_ptr<Attachment>> ProbeBpf::Attach(int32_t pid, const std::string& path,
+                                                     const std::vector<Target>& targets) {
+  if (multi_) return AttachMulti(pid, path, targets);
+  auto a = std::make_unique<Attachment>();
+  auto one = [&](bpf_program* prog, const Target& t, uint64_t cookie, bool ret) {
+    LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie, .retprobe = ret);
+    bpf_link* l = bpf_program__attach_uprobe_opts(prog, pid, path.c_str(), t.offset, &opts);
+    if (l == nullptr) {
+      const int err = errno;
+      ++a->failed_;
+      if (a->first_error_.empty()) {
+        a->first_error_ = fmt::format("{} at {:#x} in {}: {}", t.symbol.empty() ? "<internal>" : t.symbol,
+                                      t.offset, path, std::strerror(err));
+      }
+      return;
+    }
+    a->links_.push_back(l);
+    ++a->points_;
+  };
+  for (const Target& t : targets) {
+    const ProbeSpec* p = FindProbe(t.probe);
+    if (p == nullptr) continue;
+    const uint64_t cookie = p->Cookie();
+    one(skel_->progs.probe_enter, t, cookie, false);
+    if (p->timed) one(skel_->progs.probe_exit, t, cookie, true);
+  }
+  if (a->links_.empty() && a->failed_ > 0) {
+    return MakeErrorF(ErrorCode::kUnavailable, "pid {}: no uprobe attached ({})", pid, a->first_error_);
+  }
+  return a;
+}
+
+Status ProbeBpf::ReadStats(std::vector<StatEntry>* out) const {
+  out->clear();
+  const int fd = bpf_map__fd(skel_->maps.stats);
+  cuda_probe_key key{};
+  cuda_probe_key next{};
+  const void* prev = nullptr;
+  for (size_t i = 0; i < CUDA_PROBES_MAX_STATS; ++i) {
+    if (bpf_map_get_next_key(fd, prev, &next) != 0) break;
+    cuda_probe_value v{};
+    if (bpf_map_lookup_elem(fd, &next, &v) == 0) out->push_back({next, v});
+    key = next;
+    prev = &key;
+  }
+  return Ok();
+}
+
+void ProbeBpf::ResetMaxima(uint32_t tgid) {
+  const int fd = bpf_map__fd(skel_->maps.stats);
+  cuda_probe_key k{};
+  k.tgid = tgid;
+  k.probe = CUDA_PROBE_ID_LAUNCH_GAP;
+  k.slot = CUDA_SLOT_GAP_MAX;
+  cuda_probe_value zero{};
+  bpf_map_update_elem(fd, &k, &zero, BPF_EXIST);
+}
+
+void ProbeBpf::ForgetProcess(uint32_t tgid) {
+  std::vector<StatEntry> all;
+  (void)ReadStats(&all);
+  const int fd = bpf_map__fd(skel_->maps.stats);
+  for (const StatEntry& e : all) {
+    if (e.key.tgid == tgid) bpf_map_delete_elem(fd, &e.key);
+  }
+}
+
+int ProbeBpf::DrainRecords(const std::function<void(const cuda_probe_record&)>& fn) {
+  sink_ = fn;
+  const int n = ring_buffer__consume(rb_);
+  sink_ = nullptr;
+  return n;
+}
+
+cuda_probe_global ProbeBpf::Globals() const {
+  cuda_probe_global g{};
+  const uint32_t zero = 0;
+  bpf_map_lookup_elem(bpf_map__fd(skel_->maps.globals), &zero, &g);
+  return g;
+}
+
+}  // namespace ithbat::collect::probes

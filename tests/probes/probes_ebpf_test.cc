@@ -1,0 +1,509 @@
+// The probes for real: the BPF program loaded into this kernel, uprobes attached by the
+// collector to workload processes that call the fake libcuda/libnccl through every calling
+// path, counts compared with what the workloads say they called. Runs as root; a kernel that
+// refuses the program FAILS the test with the reason (CI must not skip it silently).
+//
+// Workloads are started with tests/probes/start_gate.cc preloaded: the test attaches after the
+// gate's constructor ran (every library mapped) and before the first call, and reads the last
+// counts while the process waits in the gate's destructor.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <fmt/core.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/tracked_processes.h"
+#include "collect/probes/probes_collector.h"
+#include "core/time.h"
+#include "testutil/fake_sink.h"
+#include "testutil/testutil.h"
+
+namespace ithbat::collect::probes {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FakeSink;
+
+size_t OpenFds() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+bool WaitForFile(const fs::path& p, int seconds) {
+  for (int i = 0; i < seconds * 100; ++i) {
+    if (fs::exists(p)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+void Touch(const fs::path& p) { std::ofstream(p).put('\n'); }
+
+// A workload child behind the gate. stdout goes to a file.
+struct Child {
+  pid_t pid = -1;
+  fs::path out, ready, start, exit_gate;
+
+  // Starts `argv` with the gate preloaded and `env` added; waits until its libraries are mapped.
+  void Start(const fs::path& dir, const std::string& name, std::vector<std::string> argv,
+             std::vector<std::string> env) {
+    out = dir / (name + ".out");
+    ready = dir / (name + ".ready");
+    start = dir / (name + ".start");
+    exit_gate = dir / (name + ".exit");
+    env.push_back(std::string("LD_PRELOAD=") + ITHBAT_PROBE_GATE_LIB);
+    env.push_back("ITHBAT_GATE_READY=" + ready.string());
+    env.push_back("ITHBAT_GATE_START=" + start.string());
+    env.push_back("ITHBAT_GATE_EXIT=" + exit_gate.string());
+    pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) dup2(fd, 1);
+      for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
+      std::vector<char*> args;
+      for (std::string& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    ASSERT_TRUE(WaitForFile(ready, 30)) << name << " never reached the gate";
+  }
+  void Go() { Touch(start); }
+  void LetExit() { Touch(exit_gate); }
+  // Waits until the workload printed its JSON (it flushes in the exit gate).
+  nlohmann::json Result() {
+    for (int i = 0; i < 6000; ++i) {
+      std::ifstream in(out);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      const std::string s = ss.str();
+      if (!s.empty() && s.back() == '\n') return nlohmann::json::parse(s);
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        ADD_FAILURE() << "workload exited early, status " << status;
+        pid = -1;
+        return {};
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "no output from the workload";
+    return {};
+  }
+  int Wait() {
+    if (pid < 0) return -1;
+    int status = 0;
+    waitpid(pid, &status, 0);
+    pid = -1;
+    return status;
+  }
+  ~Child() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+// A directory only root can write (the collector dlopens a libcuda only from such a place):
+// the fake libcuda is copied there and the workloads load it through LD_LIBRARY_PATH.
+struct TrustedDriverDir {
+  fs::path dir;
+  TrustedDriverDir() {
+    char tmpl[] = "/run/ithbat-probes-test-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return;
+    dir = tmpl;
+    chmod(dir.c_str(), 0755);
+    fs::copy_file(ITHBAT_FAKE_CUDA_PATH, dir / "libcuda.so.1");
+    fs::copy_file(ITHBAT_FAKE_NCCL_PATH, dir / "libnccl.so.2");
+    chmod((dir / "libcuda.so.1").c_str(), 0755);
+    chmod((dir / "libnccl.so.2").c_str(), 0755);
+  }
+  ~TrustedDriverDir() {
+    std::error_code ec;
+    if (!dir.empty()) fs::remove_all(dir, ec);
+  }
+};
+
+class ProbesEbpf : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u) << "the probe tests need root (uprobes, BPF)";
+    ASSERT_FALSE(driver_.dir.empty()) << "cannot create a root-owned directory under /run";
+    ProbesOptions o;
+    o.tracked = &tracked_;
+    o.rescan_ticks = 1;
+    auto c = ProbesCollector::Create(std::move(o));
+    ASSERT_TRUE(c) << c.error().message;
+    collector_ = std::move(*c);
+    ASSERT_TRUE(collector_->Init(sink_));
+    ASSERT_TRUE(collector_->Start());
+    ASSERT_EQ(collector_->Health().degraded, "") << "the kernel refused the probes";
+  }
+  void TearDown() override {
+    if (collector_) collector_->Stop();
+  }
+  void Track(std::vector<pid_t> pids) {
+    std::vector<agent::TrackedProcesses::Process> ps;
+    for (pid_t p : pids) {
+      agent::TrackedProcesses::Process proc;
+      proc.pid = p;
+      proc.identity.job = "job1";
+      proc.identity.rank = static_cast<int32_t>(ps.size());
+      proc.source = "test";
+      ps.push_back(proc);
+    }
+    tracked_.Publish("test", std::move(ps));
+  }
+  void Tick() {
+    t_ = std::max(t_ + kNsPerSec, NowNs());
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(collector_->Collect(t_));
+    if (std::getenv("ITHBAT_PROBES_TEST_TIMING") != nullptr) {
+      std::cerr << "tick: " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+                << " s\n";
+    }
+  }
+  std::optional<double> Value(std::string_view metric, FakeSink::LabelSubset labels) {
+    auto s = sink_.FindWith(metric, labels);
+    if (!s || s->samples.empty()) return std::nullopt;
+    return s->samples.back().second;
+  }
+  std::vector<std::string> Env() { return {"LD_LIBRARY_PATH=" + driver_.dir.string(), "ITHBAT_FAKE_STATE="}; }
+  std::string Lib() { return (driver_.dir / "libcuda.so.1").string(); }
+
+  TrustedDriverDir driver_;
+  testing::TempDir tmp_;
+  agent::TrackedProcesses tracked_;
+  FakeSink sink_;
+  std::unique_ptr<ProbesCollector> collector_;
+  TimeNs t_ = 0;
+};
+
+// N launches (and every other call the workload makes) counted per pid and probe, through each
+// calling path, compared function by function with the workload's own counts.
+TEST_F(ProbesEbpf, CountsEveryCallThroughEachCallingPath) {
+  for (const char* path : {"direct", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(path);
+    Child w;
+    std::vector<std::string> argv = {
+        ITHBAT_CUDA_WORKLOAD, "--launches", "3000",  "--path", path, "--sync-every", "100",
+        "--launch-fn",        "mix",        "--lib", Lib()};
+    w.Start(tmp_.path(), std::string("w_") + path, argv, Env());
+    Track({w.pid});
+    Tick();  // attaches
+    auto procs = collector_->Processes();
+    ASSERT_EQ(procs.size(), 1u);
+    ASSERT_EQ(procs[0].state, "exact");
+    ASSERT_FALSE(procs[0].libraries.empty());
+    EXPECT_TRUE(procs[0].libraries[0].procaddr_used) << "the copy in " << Lib() << " should be trusted";
+    w.Go();
+    nlohmann::json r = w.Result();
+    ASSERT_FALSE(r.is_null());
+    Tick();
+    const std::string pid = std::to_string(w.pid);
+    size_t compared = 0;
+    for (auto& [name, c] : r["calls"].items()) {
+      const double expect = c["total"].get<double>();
+      auto got = Value("ithbat_probe_calls_total", {{"pid", pid}, {"api", name}});
+      ASSERT_TRUE(got) << name << " never counted";
+      // The workload's teardown calls cuStreamSynchronize(other) directly, outside its counts.
+      EXPECT_EQ(*got, expect + (name == "cuStreamSynchronize" ? 1 : 0)) << name;
+      ++compared;
+    }
+    EXPECT_GE(compared, 15u);
+    double launches = 0;
+    for (const char* fn :
+         {"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuGraphLaunch"}) {
+      launches += Value("ithbat_probe_launches_total", {{"pid", pid}, {"api", fn}}).value_or(0);
+    }
+    EXPECT_EQ(launches, 3000);
+    // Grid blocks: --grid 1 per launch, graph launches add none (3/4 of the mix).
+    EXPECT_EQ(Value("ithbat_probe_grid_blocks_total", {{"pid", pid}}), 2250);
+    EXPECT_EQ(Value("ithbat_probe_copy_bytes_total", {{"pid", pid}, {"direction", "h2d"}}),
+              r["calls"]["cuMemcpyHtoDAsync_v2"]["total"].get<double>() * 4096);
+    EXPECT_EQ(Value("ithbat_probe_state", {{"pid", pid}, {"state", "exact"}}), 1);
+    EXPECT_EQ(Value("ithbat_probe_state", {{"pid", pid}, {"job_id", "job1"}, {"state", "degraded"}}), 0);
+    w.LetExit();
+    w.Wait();
+    Tick();  // detaches
+    EXPECT_EQ(collector_->open_links(), 0u);
+  }
+}
+
+// The per-thread cuGetProcAddress triple of cuLaunchKernel gives a function that is no exported
+// symbol: only a probe at the address cuGetProcAddress returned sees these calls.
+TEST_F(ProbesEbpf, CountsLaunchesThroughTheNonExportedEntryPoint) {
+  Child w;
+  w.Start(tmp_.path(), "w_internal",
+          {ITHBAT_CUDA_WORKLOAD, "--launches", "2000", "--path", "procaddr", "--per-thread", "--lib", Lib()},
+          Env());
+  Track({w.pid});
+  Tick();
+  w.Go();
+  nlohmann::json r = w.Result();
+  ASSERT_FALSE(r.is_null());
+  ASSERT_EQ(r["procaddr_not_exported"], nlohmann::json::array({"cuLaunchKernel_ptsz"}));
+  Tick();
+  EXPECT_EQ(
+      Value("ithbat_probe_launches_total", {{"pid", std::to_string(w.pid)}, {"api", "cuLaunchKernel_ptsz"}}),
+      2000);
+  w.LetExit();
+  w.Wait();
+}
+
+// The same through classic perf-event uprobes (one link per target), the fallback for kernels
+// without uprobe_multi.
+class ProbesEbpfClassic : public ProbesEbpf {
+ protected:
+  void SetUp() override {
+    setenv("ITHBAT_PROBES_NO_MULTI", "1", 1);
+    ProbesEbpf::SetUp();
+    unsetenv("ITHBAT_PROBES_NO_MULTI");
+  }
+};
+
+TEST_F(ProbesEbpfClassic, CountsLaunchesThroughTheNonExportedEntryPoint) {
+  Child w;
+  w.Start(tmp_.path(), "w_internal_classic",
+          {ITHBAT_CUDA_WORKLOAD, "--launches", "2000", "--path", "all", "--per-thread", "--lib", Lib()},
+          Env());
+  Track({w.pid});
+  Tick();
+  EXPECT_GT(collector_->open_links(), 30u) << "one link per target and direction";
+  w.Go();
+  nlohmann::json r = w.Result();
+  ASSERT_FALSE(r.is_null());
+  Tick();
+  EXPECT_EQ(
+      Value("ithbat_probe_launches_total", {{"pid", std::to_string(w.pid)}, {"api", "cuLaunchKernel_ptsz"}}),
+      2000);
+  w.LetExit();
+  w.Wait();
+  Tick();
+  EXPECT_EQ(collector_->open_links(), 0u);
+}
+
+// Gaps and blocked time against the workload's own measurements. Tolerances: the gap counter
+// uses the 134ms (2^27 ns) bucket, far from both the 300 ms sleeps and the few-ms launch/sync
+// intervals, so it must match exactly; the probe's blocked time is measured inside the
+// workload's own window around each sync (so never more than it) and misses only the time
+// between those calls (we allow 10% + 1 ms per sync point).
+TEST_F(ProbesEbpf, GapsAndBlockedTimeMatchTheWorkload) {
+  Child w;
+  std::vector<std::string> env = Env();
+  env.push_back("ITHBAT_FAKE_CUDA_KERNEL_NS=1000000");  // 1 ms kernels: syncs really block
+  w.Start(tmp_.path(), "w_gaps",
+          {ITHBAT_CUDA_WORKLOAD, "--launches", "200", "--gap-every", "50", "--gap-ms", "300", "--sync-every",
+           "10", "--lib", Lib()},
+          env);
+  Track({w.pid});
+  Tick();
+  w.Go();
+  nlohmann::json r = w.Result();
+  ASSERT_FALSE(r.is_null());
+  Tick();
+  const std::string pid = std::to_string(w.pid);
+  const double gaps = r["gaps"].get<double>();
+  ASSERT_EQ(gaps, 3);
+  EXPECT_EQ(Value("ithbat_probe_launch_gaps_total", {{"pid", pid}, {"min", "134ms"}}), gaps);
+  const double max_gap = Value("ithbat_probe_launch_gap_max_seconds", {{"pid", pid}}).value_or(-1);
+  EXPECT_GE(max_gap, 0.300);
+  EXPECT_LE(max_gap, r["gap_ns"].get<double>() / 1e9);
+  const double blocked = Value("ithbat_probe_sync_blocked_seconds_total", {{"pid", pid}}).value_or(-1);
+  const double truth = r["sync_blocked_ns"].get<double>() / 1e9;
+  const double syncs = 21;  // every 10 of 200 launches, plus the final drain
+  EXPECT_GT(truth, 0.1) << "the workload did not block; the comparison would mean nothing";
+  EXPECT_LE(blocked, truth);
+  EXPECT_GE(blocked, truth * 0.9 - syncs * 0.001);
+  w.LetExit();
+  w.Wait();
+}
+
+// Two NCCL ranks: all-reduces counted per op and bytes, communicator init seen (rank, size),
+// per-collective records numbered per communicator.
+TEST_F(ProbesEbpf, NcclTwoRanksCountedPerOpAndBytes) {
+  Child r0, r1;
+  const std::string id = (tmp_.path() / "nccl.id").string();
+  std::vector<std::string> env = Env();
+  env.push_back("ITHBAT_FAKE_CUDA_DEVICES=2");
+  const std::vector<std::string> common = {"--nranks",      "2",  "--id-file", id,
+                                           "--collectives", "40", "--bytes",   "65536"};
+  auto argv = [&](int rank) {
+    std::vector<std::string> a = {ITHBAT_NCCL_WORKLOAD, "--rank", std::to_string(rank)};
+    a.insert(a.end(), common.begin(), common.end());
+    return a;
+  };
+  r0.Start(tmp_.path(), "r0", argv(0), env);
+  r1.Start(tmp_.path(), "r1", argv(1), env);
+  Track({r0.pid, r1.pid});
+  Tick();
+  for (const auto& p : collector_->Processes()) {
+    EXPECT_EQ(p.state, "exact") << p.pid;
+    EXPECT_EQ(p.libraries.size(), 2u) << "libcuda and libnccl of pid " << p.pid;
+  }
+  r0.Go();
+  r1.Go();
+  nlohmann::json j0 = r0.Result(), j1 = r1.Result();
+  ASSERT_FALSE(j0.is_null());
+  ASSERT_FALSE(j1.is_null());
+  Tick();
+  for (auto* c : {&r0, &r1}) {
+    nlohmann::json& j = c == &r0 ? j0 : j1;
+    const std::string pid = std::to_string(c->pid);
+    EXPECT_EQ(Value("ithbat_probe_nccl_ops_total", {{"pid", pid}, {"op", "all_reduce"}}),
+              j["calls"]["ncclAllReduce"].get<double>());
+    EXPECT_EQ(Value("ithbat_probe_nccl_bytes_total", {{"pid", pid}, {"op", "all_reduce"}}),
+              j["allreduce_bytes"].get<double>());
+    EXPECT_EQ(Value("ithbat_probe_calls_total", {{"pid", pid}, {"api", "ncclCommInitRank"}}), 1);
+    auto recs = collector_->RecentCollectives(c->pid);
+    uint64_t seq = 0;
+    int inits = 0;
+    for (const CollectiveRecord& rec : recs) {
+      if (rec.op == "comm_init") {
+        ++inits;
+        EXPECT_EQ(rec.nranks, 2);
+        EXPECT_EQ(rec.rank, j["rank"].get<int>());
+        continue;
+      }
+      EXPECT_EQ(rec.op, "all_reduce");
+      EXPECT_EQ(rec.seq, ++seq);
+      EXPECT_EQ(rec.nranks, 2);
+      EXPECT_EQ(rec.bytes, 65536u);
+    }
+    EXPECT_EQ(inits, 1);
+    EXPECT_EQ(seq, 40u);
+  }
+  r0.LetExit();
+  r1.LetExit();
+  r0.Wait();
+  r1.Wait();
+}
+
+// The agent attaches after the job has already run collectives: what it sees from then on is
+// consistent (every record counted, sequence numbers from 1 since attachment, the
+// communicator's size unknown because its init was missed) and less than the job's total.
+TEST_F(ProbesEbpf, AttachingAfterCollectivesCountsFromThenOn) {
+  Child r0, r1;
+  const std::string id = (tmp_.path() / "late.id").string();
+  std::vector<std::string> env = Env();
+  env.push_back("ITHBAT_FAKE_CUDA_DEVICES=2");
+  auto argv = [&](int rank) {
+    return std::vector<std::string>{
+        ITHBAT_NCCL_WORKLOAD, "--rank", std::to_string(rank), "--nranks", "2",       "--id-file", id,
+        "--collectives",      "3000",   "--delay-ms",         "1",        "--bytes", "4096"};
+  };
+  r0.Start(tmp_.path(), "late0", argv(0), env);
+  r1.Start(tmp_.path(), "late1", argv(1), env);
+  r0.Go();
+  r1.Go();
+  // At least 3 s of collectives (1 ms sleep before each): attaching after 1 s is mid-run.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  Track({r0.pid, r1.pid});
+  Tick();
+  nlohmann::json j0 = r0.Result(), j1 = r1.Result();
+  ASSERT_FALSE(j0.is_null());
+  ASSERT_FALSE(j1.is_null());
+  Tick();
+  for (Child* c : {&r0, &r1}) {
+    const std::string pid = std::to_string(c->pid);
+    const double ops = Value("ithbat_probe_nccl_ops_total", {{"pid", pid}, {"op", "all_reduce"}}).value_or(0);
+    EXPECT_GT(ops, 0);
+    EXPECT_LT(ops, 3000) << "attached after the start, so not every collective was seen";
+    auto recs = collector_->RecentCollectives(c->pid);
+    ASSERT_EQ(recs.size(), static_cast<size_t>(ops));
+    uint64_t seq = 0;
+    for (const CollectiveRecord& rec : recs) {
+      EXPECT_EQ(rec.seq, ++seq);
+      EXPECT_EQ(rec.nranks, -1);
+      EXPECT_EQ(rec.bytes, 4096u);
+    }
+    EXPECT_EQ(Value("ithbat_probe_nccl_bytes_total", {{"pid", pid}, {"op", "all_reduce"}}), ops * 4096);
+  }
+  r0.LetExit();
+  r1.LetExit();
+  r0.Wait();
+  r1.Wait();
+}
+
+// A tracked process that maps libcuda only later is attached at a re-scan of its maps (every
+// tick here: rescan_ticks = 1), and its calls from then on are counted.
+TEST_F(ProbesEbpf, LibraryLoadedLateIsAttachedAtARescan) {
+  const fs::path d = tmp_.path();
+  auto f = [&](const char* n) { return (d / n).string(); };
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(ITHBAT_PROBE_LATE_LOADER, ITHBAT_PROBE_LATE_LOADER, f("ready").c_str(), f("go").c_str(),
+          Lib().c_str(), f("loaded").c_str(), f("call").c_str(), "250", f("done").c_str(), f("exit").c_str(),
+          nullptr);
+    _exit(127);
+  }
+  ASSERT_TRUE(WaitForFile(d / "ready", 30));
+  Track({pid});
+  Tick();
+  auto procs = collector_->Processes();
+  ASSERT_EQ(procs.size(), 1u);
+  EXPECT_EQ(procs[0].state, "pending");
+  EXPECT_TRUE(procs[0].libraries.empty());
+  Touch(d / "go");
+  ASSERT_TRUE(WaitForFile(d / "loaded", 30));
+  Tick();
+  procs = collector_->Processes();
+  ASSERT_EQ(procs.size(), 1u);
+  EXPECT_EQ(procs[0].state, "exact");
+  ASSERT_EQ(procs[0].libraries.size(), 1u);
+  Touch(d / "call");
+  ASSERT_TRUE(WaitForFile(d / "done", 30));
+  Tick();
+  EXPECT_EQ(Value("ithbat_probe_calls_total", {{"pid", std::to_string(pid)}, {"api", "cuMemAlloc_v2"}}), 250);
+  Touch(d / "exit");
+  waitpid(pid, nullptr, 0);
+  Tick();
+  EXPECT_EQ(collector_->open_links(), 0u);
+}
+
+// A process killed mid-run is detached at the next tick: no links left, no fds leaked.
+TEST_F(ProbesEbpf, ProcessExitingMidRunIsDetachedWithoutLeaks) {
+  Tick();  // the collector's own fds (BPF maps, ring buffer) exist from Start
+  const size_t fds_before = OpenFds();
+  for (int round = 0; round < 3; ++round) {
+    Child w;
+    w.Start(tmp_.path(), fmt::format("w_kill{}", round),
+            {ITHBAT_CUDA_WORKLOAD, "--launches", "100000000", "--rate", "2000", "--lib", Lib()}, Env());
+    Track({w.pid});
+    Tick();
+    EXPECT_GT(collector_->open_links(), 0u);
+    EXPECT_GT(OpenFds(), fds_before);
+    w.Go();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    Tick();
+    EXPECT_GT(
+        Value("ithbat_probe_launches_total", {{"pid", std::to_string(w.pid)}, {"api", "cuLaunchKernel"}})
+            .value_or(0),
+        0);
+    kill(w.pid, SIGKILL);
+    w.Wait();
+    Tick();  // still tracked (the publisher has not noticed), but gone from /proc
+    EXPECT_EQ(collector_->open_links(), 0u);
+    EXPECT_TRUE(collector_->Processes().empty());
+    EXPECT_EQ(OpenFds(), fds_before) << "round " << round;
+  }
+}
+
+}  // namespace
+}  // namespace ithbat::collect::probes
