@@ -32,20 +32,7 @@ ErrorCode CodeForErrno(int err) {
   }
 }
 
-// Closes the descriptor on every return path.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
+using Fd = UniqueFd;
 
 bool IsBlank(char c) { return c == ' ' || c == '\t'; }
 
@@ -182,6 +169,11 @@ Result<double> ParseDouble(std::string_view text) {
     return MakeErrorF(ErrorCode::kParse, "expected a finite number, got '{}'", QuoteForError(text));
   }
   return v;
+}
+
+void UniqueFd::Reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
 }
 
 }  // namespace ithbat

@@ -8,10 +8,36 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/result.h"
 
 namespace ithbat {
+
+// Owns a file descriptor and closes it on every return path. Movable, not copyable.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { Reset(); }
+  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  // Closes the descriptor held (if any) and holds `fd` instead.
+  void Reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
 
 // The whole content of a regular file, at most max_bytes. Errors:
 //   kNotFound           the file (or a directory on its path) does not exist

@@ -18,6 +18,7 @@
 
 #include "store/block_codec.h"
 #include "store/crc32c.h"
+#include "core/file_util.h"
 
 namespace ithbat::store {
 namespace {
@@ -142,27 +143,7 @@ Result<SegmentHeader> DecodeHeader(std::string_view b) {
 
 // ---- POSIX helpers -------------------------------------------------------------------------
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { Reset(); }
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    Reset();
-    fd_ = std::exchange(o.fd_, -1);
-    return *this;
-  }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
+using Fd = UniqueFd;
 
 Status WriteAll(int fd, std::string_view data, const std::string& what) {
   while (!data.empty()) {

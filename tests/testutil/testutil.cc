@@ -4,6 +4,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include <gtest/gtest.h>
+
 namespace ithbat::testing {
 
 TempDir::TempDir() {
@@ -36,6 +38,27 @@ std::optional<std::filesystem::path> SharedDataDir() {
   auto p = SourceDir().parent_path() / "shared" / "data";
   if (std::filesystem::is_directory(p)) return p;
   return std::nullopt;
+}
+
+std::vector<std::string> SharedDataLines(const std::string& relative) {
+  const auto dir = SharedDataDir();
+  if (!dir) {
+    ADD_FAILURE() << "../shared/data is absent: the conformance tests read real logs written by others from it "
+                     "(check out shared/ next to the project, or set ITHBAT_SHARED_DIR to its parent)";
+    return {};
+  }
+  std::ifstream in(*dir / relative);
+  if (!in) {
+    ADD_FAILURE() << "cannot read " << (*dir / relative).string();
+    return {};
+  }
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty() && line[0] == '#') continue;  // the file's source header
+    lines.push_back(std::move(line));
+  }
+  return lines;
 }
 
 std::filesystem::path IthbatBinary() { return ITHBAT_BINARY; }

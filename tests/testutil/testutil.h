@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ithbat::testing {
 
@@ -25,6 +26,11 @@ class TempDir {
 // The project's source directory (for fixtures under tests/) and ../shared/data when present.
 std::filesystem::path SourceDir();
 std::optional<std::filesystem::path> SharedDataDir();
+// The lines of SharedDataDir()/relative (a real log written by others, for conformance tests),
+// without its '#' source header and with CRLF endings cut. When the directory or the file is
+// absent the test FAILS (ADD_FAILURE naming what is missing) and the result is empty: CI always
+// has ../shared, so a missing corpus must not pass silently as a skip.
+std::vector<std::string> SharedDataLines(const std::string& relative);
 // The built `ithbat` binary.
 std::filesystem::path IthbatBinary();
 
