@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the CTest suite one label group at a time (core, store, agent, collect, serve, cli, sim,
+# Runs the CTest suite one label group at a time (core, store, agent, collect, joblog, probes, serve, cli, sim,
 # integration, then any test carrying none of those labels) and prints how long each group
 # took, so a slow module shows up in every CI log. Every group runs even when an earlier one
 # fails; the exit status is non-zero if any test failed.
@@ -8,7 +8,7 @@ set -uo pipefail
 
 build=${1:?usage: run-tests.sh BUILD_DIR [JOBS]}
 jobs=${2:-2}
-groups=(core store agent collect serve cli sim integration)
+groups=(core store agent collect joblog probes serve cli sim integration)
 known=$(IFS='|'; echo "${groups[*]}")
 
 total_pass=0
@@ -66,6 +66,28 @@ for g in "${groups[@]}" other; do
   table+=("$(printf '%-12s %8s s  %d passed, %d failed' "$g" "$secs" "$passed" "$failed")")
   echo "==> stage test:$g: $secs s ($verdict, $passed passed, $failed failed)"
 done
+
+# libFuzzer (fuzz/README.md): a second build with clang-19 + ASan, every target run for
+# FUZZ_SECONDS (default 10; 0 skips the group) from its seed corpus and a 1 MiB line. Each
+# target counts as one test: a crash, leak, out-of-memory or timeout fails it.
+fuzz_secs=${FUZZ_SECONDS:-10}
+if [[ $fuzz_secs -gt 0 ]]; then
+  echo "---- test group fuzz (${fuzz_secs} s per target) ----"
+  start=$(date +%s.%N)
+  bash "$(dirname "$0")/run-fuzz.sh" "$fuzz_secs" "${build}-fuzz" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  end=$(date +%s.%N)
+  secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+  passed=$(grep -c '^PASS ' "$log" || true)
+  failed=$(grep -c '^FAIL ' "$log" || true)
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi  # the build itself failed
+  total_pass=$((total_pass + passed))
+  total_fail=$((total_fail + failed))
+  verdict=ok
+  if [[ $failed -ne 0 ]]; then status=1; verdict=FAILED; fi
+  table+=("$(printf '%-12s %8s s  %d passed, %d failed' fuzz "$secs" "$passed" "$failed")")
+  echo "==> stage test:fuzz: $secs s ($verdict, $passed passed, $failed failed)"
+fi
 
 echo
 echo "Test groups:"

@@ -7,9 +7,11 @@
 #include "agent/store_stats_collector.h"
 #include "collect/gpu/gpu_collector.h"
 #include "collect/host/host_collector.h"
+#include "collect/joblog/joblog_collector.h"
 #include "collect/kmsg/kmsg_collector.h"
 #include "collect/node/node_collectors.h"
 #include "collect/node/topology.h"
+#include "collect/probes/probes_collector.h"
 #include "collect/serving/serving_collector.h"
 
 namespace ithbat::cli {
@@ -17,7 +19,8 @@ namespace {
 
 // The collectors every agent runs. A new collector is added here and nowhere else, so the
 // agent, `--once`, the demo and docs/metrics.md always agree.
-Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const AgentOptions& options) {
+Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const AgentOptions& options,
+                     agent::TrackedProcesses& tracked) {
   collect::HostOptions host;
   host.procfs = options.procfs;
   if (auto s = runtime.Add(collect::HostCollector::Create(std::move(host))); !s) return s;
@@ -25,6 +28,7 @@ Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const A
   // GPU collector's Init fails with kNotFound, the runtime reports it down and goes on.
   collect::GpuOptions gpu;
   gpu.library = options.nvml_library;
+  gpu.tracked = &tracked;
   if (auto s = runtime.Add(collect::GpuCollector::Create(std::move(gpu))); !s) return s;
   if (!options.kmsg.empty()) {
     collect::KmsgOptions kmsg;
@@ -43,6 +47,31 @@ Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const A
   collect::TopologyOptions topology;
   topology.sysfs = options.sysfs;
   if (auto s = runtime.Add(collect::TopologyCollector::Create(std::move(topology))); !s) return s;
+  // Job output: the tracked (GPU) processes' stdout/stderr through eBPF, or followed files. A
+  // node where eBPF cannot load keeps the collector, degraded, with the reason in its health.
+  {
+    collect::joblog::JobLogOptions joblog;
+    joblog.mode = collect::joblog::ParseCaptureMode(options.joblog).value_or(collect::joblog::CaptureMode::kEbpf);
+    for (const auto& spec : options.joblog_tail) {
+      if (auto t = collect::joblog::ParseTailSpec(spec); t) joblog.tail.push_back(std::move(*t));
+    }
+    joblog.format = options.joblog_format;
+    joblog.patterns = options.joblog_user_patterns;
+    if (auto list = collect::joblog::ParseOptOutList(options.joblog_opt_out); list) joblog.opt_out = std::move(*list);
+    joblog.tracked = &tracked;
+    auto collector = collect::joblog::JobLogCollector::Create(std::move(joblog));
+    if (!collector) return std::unexpected(collector.error());
+    if (auto s = runtime.Add(std::move(*collector)); !s) return s;
+  }
+  // CUDA/NCCL uprobes on the same tracked processes: attached per process when it maps
+  // libcuda/libnccl; a kernel that refuses leaves the collector degraded with the reason.
+  {
+    collect::probes::ProbesOptions probes;
+    probes.tracked = &tracked;
+    auto collector = collect::probes::ProbesCollector::Create(std::move(probes));
+    if (!collector) return std::unexpected(collector.error());
+    if (auto s = runtime.Add(std::move(*collector)); !s) return s;
+  }
   // Inference servers are processes: discovered in the agent's real /proc (the pids it can
   // reach), never in the --procfs root, which is for node statistics.
   if (auto s = runtime.Add(collect::ServingCollector::Create(collect::ServingOptions{})); !s) return s;
@@ -89,7 +118,7 @@ Result<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentOptions& op
   AgentProcess* self = p.get();
   ro.maintenance = [self](TimeNs now) { self->Maintain(now); };
   p->runtime_ = std::make_unique<agent::Runtime>(*p->store_, std::move(ro));
-  if (auto s = AddCollectors(*p->runtime_, *p->store_, options); !s) return std::unexpected(s.error());
+  if (auto s = AddCollectors(*p->runtime_, *p->store_, options, p->tracked_); !s) return std::unexpected(s.error());
   if (auto s = p->runtime_->Start(); !s) return std::unexpected(s.error());
 
   if (serve) {
@@ -158,8 +187,9 @@ uint16_t AgentProcess::port() const { return server_ ? server_->port() : 0; }
 Result<std::vector<std::pair<std::string, std::vector<MetricDesc>>>> DescribeAgentMetrics() {
   auto store = store::Store::Open(store::StoreOptions{});
   if (!store) return std::unexpected(store.error());
+  agent::TrackedProcesses tracked;
   agent::Runtime runtime(**store, agent::RuntimeOptions{});
-  if (auto s = AddCollectors(runtime, **store, AgentOptions{}); !s) return std::unexpected(s.error());
+  if (auto s = AddCollectors(runtime, **store, AgentOptions{}, tracked); !s) return std::unexpected(s.error());
   return runtime.DescribeByCollector();
 }
 

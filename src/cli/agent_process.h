@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "agent/runtime.h"
+#include "agent/tracked_processes.h"
 #include "cli/agent_options.h"
 #include "core/metric.h"
 #include "core/result.h"
@@ -51,6 +52,8 @@ class AgentProcess {
 
   AgentOptions options_;
   std::unique_ptr<store::Store> store_;
+  // Declared before the runtime: collectors hold a pointer to it until the runtime stops them.
+  agent::TrackedProcesses tracked_;
   std::unique_ptr<agent::Runtime> runtime_;
   std::unique_ptr<serve::HttpServer> server_;
   bool stopped_ = false;

@@ -14,6 +14,7 @@
 #include "agent/runtime.h"
 #include "cli/agent_process.h"
 #include "cli/demo.h"
+#include "cli/parse_command.h"
 #include "cli/version_info.h"
 #include "core/version.h"
 #include "serve/http_server.h"
@@ -42,6 +43,8 @@ struct CliState {
   CLI::App* demo_cmd = nullptr;
   CLI::App* version_cmd = nullptr;
   CLI::App* metrics_doc_cmd = nullptr;
+  ParseCommandOptions parse;
+  CLI::App* parse_cmd = nullptr;
 };
 
 void BuildApp(CLI::App& app, CliState& st) {
@@ -71,6 +74,17 @@ void BuildApp(CLI::App& app, CliState& st) {
   st.version_cmd = app.add_subcommand("version", "Print the version and build information");
   st.metrics_doc_cmd =
       app.add_subcommand("metrics-doc", "Print docs/metrics.md: every metric the agent can produce");
+
+  st.parse_cmd = app.add_subcommand(
+      "parse", "Run the job-output parsers over log files (or stdin) and print the events as JSON lines");
+  st.parse_cmd->add_option("--format", st.parse.format, "A parser name (see --list), auto, or none")
+      ->capture_default_str();
+  st.parse_cmd->add_option("--patterns", st.parse.patterns_file, "User pattern sets (JSON, docs/joblog.md)");
+  st.parse_cmd->add_option("--command-line", st.parse.command_line,
+                           "The job's command line, a hint for format detection");
+  st.parse_cmd->add_flag("--list", st.parse.list, "List the built-in parsers and exit");
+  st.parse_cmd->add_flag("--summary", st.parse.summary, "Print lines, events and the detected framework per file on stderr");
+  st.parse_cmd->add_option("files", st.parse.files, "Log files; - or nothing reads stdin");
 }
 
 bool IsConfigError(const CLI::ParseError& e) {
@@ -193,6 +207,7 @@ int Main(int argc, const char* const* argv) {
     return kExitOk;
   }
   if (*st.metrics_doc_cmd) return RunMetricsDoc();
+  if (*st.parse_cmd) return RunParseCommand(st.parse, stdout, stderr);
   return kExitUsage;  // unreachable: a subcommand is required
 }
 
