@@ -43,12 +43,8 @@ struct {
   __type(value, struct cuda_probe_global);
 } globals SEC(".maps");
 
-// Entry of a timed call, per (thread, probe): calls of one family do not nest on one thread,
-// different families may (NCCL init synchronises streams).
-struct entry_key {
-  __u32 tid;
-  __u32 probe;
-};
+// Entry of a timed call, per (process, thread, probe): calls of one family do not nest on one
+// thread, different families may (NCCL init synchronises streams).
 struct entry_val {
   __u64 time_ns;
   __u64 arg1;
@@ -58,24 +54,25 @@ struct entry_val {
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
   __uint(max_entries, CUDA_PROBES_MAX_THREADS);
-  __type(key, struct entry_key);
+  __type(key, struct cuda_entry_key);
   __type(value, struct entry_val);
 } entries SEC(".maps");
 
-// Last launch time per thread (inter-launch gap).
+// Last launch time per (process, thread), stamped with the thread's start time (inter-launch
+// gap). User space deletes a process's entries when it detaches it.
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
   __uint(max_entries, CUDA_PROBES_MAX_THREADS);
-  __type(key, __u32);
-  __type(value, __u64);
+  __type(key, struct cuda_thread_key);
+  __type(value, struct cuda_thread_launch);
 } last_launch SEC(".maps");
 
-// NCCL group nesting depth per thread.
+// NCCL group nesting depth per (process, thread), stamped the same way.
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
   __uint(max_entries, CUDA_PROBES_MAX_THREADS);
-  __type(key, __u32);
-  __type(value, __u32);
+  __type(key, struct cuda_thread_key);
+  __type(value, struct cuda_thread_group);
 } group_depth SEC(".maps");
 
 struct comm_key {
@@ -174,13 +171,19 @@ static __always_inline __u64 nccl_type_size(__s32 t) {
   }
 }
 
-static __always_inline __u32 current_group_depth(__u32 tid) {
-  __u32 *d = bpf_map_lookup_elem(&group_depth, &tid);
-  return d ? *d : 0;
+// Start time of the current thread: what tells a reused tid from the thread that had it.
+static __always_inline __u64 thread_start(void) {
+  struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+  return BPF_CORE_READ(task, start_time);
+}
+
+static __always_inline __u32 current_group_depth(const struct cuda_thread_key *tk, __u64 started) {
+  struct cuda_thread_group *g = bpf_map_lookup_elem(&group_depth, tk);
+  return g && g->thread_start == started ? g->depth : 0;
 }
 
 static __always_inline __u64 nccl_collective(struct pt_regs *ctx, __u64 cookie, __u32 probe, __u32 tgid,
-                                             __u32 tid, __u64 now) {
+                                             __u32 tid, __u64 now, __u64 started) {
   __u32 flags = CUDA_PROBE_COOKIE_FLAGS(cookie);
   __u64 count = arg_n(ctx, CUDA_PROBE_COOKIE_ARG_BYTES(cookie));
   __s32 dtype = (__s32)arg_n(ctx, CUDA_PROBE_COOKIE_ARG_DTYPE(cookie));
@@ -219,7 +222,8 @@ static __always_inline __u64 nccl_collective(struct pt_regs *ctx, __u64 cookie, 
   r->tgid = tgid;
   r->tid = tid;
   r->probe = (__u16)probe;
-  r->group_depth = (__u16)current_group_depth(tid);
+  struct cuda_thread_key tk = {.tgid = tgid, .tid = tid};
+  r->group_depth = (__u16)current_group_depth(&tk, started);
   r->time_ns = now;
   r->comm = comm;
   r->seq = seq;
@@ -245,6 +249,13 @@ int probe_enter(struct pt_regs *ctx) {
   __u64 now = bpf_ktime_get_ns();
   if (probe >= CUDA_PROBES_MAX_PROBES) return 0;
 
+  // Only the per-thread paths need the thread's start time (one kernel read).
+  __u64 started = 0;
+  const __u32 per_thread =
+      CUDA_PROBE_F_LAUNCH | CUDA_PROBE_F_NCCL_COLL | CUDA_PROBE_F_GROUP_START | CUDA_PROBE_F_GROUP_END;
+  if (flags & per_thread) started = thread_start();
+  struct cuda_thread_key tk = {.tgid = tgid, .tid = tid};
+
   __u64 sum = 0;
   if (flags & CUDA_PROBE_F_GRID3) {
     sum = (__u64)(__u32)PT_REGS_PARM2(ctx) * (__u32)PT_REGS_PARM3(ctx) * (__u32)PT_REGS_PARM4(ctx);
@@ -253,17 +264,17 @@ int probe_enter(struct pt_regs *ctx) {
     if (bpf_probe_read_user(grid, sizeof(grid), (void *)PT_REGS_PARM1(ctx)) == 0)
       sum = (__u64)grid[0] * grid[1] * grid[2];
   } else if (flags & CUDA_PROBE_F_NCCL_COLL) {
-    sum = nccl_collective(ctx, cookie, probe, tgid, tid, now);
+    sum = nccl_collective(ctx, cookie, probe, tgid, tid, now, started);
   } else if (CUDA_PROBE_COOKIE_ARG_BYTES(cookie)) {
     sum = arg_n(ctx, CUDA_PROBE_COOKIE_ARG_BYTES(cookie));
   }
   stat_add(tgid, probe, CUDA_SLOT_CALLS, 1, sum);
 
   if (flags & CUDA_PROBE_F_LAUNCH) {
-    __u64 *last = bpf_map_lookup_elem(&last_launch, &tid);
-    if (last) {
-      __u64 gap = now > *last ? now - *last : 0;
-      *last = now;
+    struct cuda_thread_launch *last = bpf_map_lookup_elem(&last_launch, &tk);
+    if (last && last->thread_start == started) {
+      __u64 gap = now > last->time_ns ? now - last->time_ns : 0;
+      last->time_ns = now;
       stat_add(tgid, CUDA_PROBE_ID_LAUNCH_GAP, CUDA_SLOT_HIST + log2_bucket(gap), 1, gap);
       struct cuda_probe_value *m = stat_slot(tgid, CUDA_PROBE_ID_LAUNCH_GAP, CUDA_SLOT_GAP_MAX);
       if (m) {
@@ -271,29 +282,31 @@ int probe_enter(struct pt_regs *ctx) {
         if (m->sum < gap) m->sum = gap;  // racy max: a lost update only lowers one tick's max
       }
     } else {
-      // The first launch this thread makes since attachment has no gap.
-      bpf_map_update_elem(&last_launch, &tid, &now, BPF_ANY);
+      // The first launch this thread makes since attachment has no gap; so has the first of a
+      // thread that reuses the tid of an exited one (another start time).
+      struct cuda_thread_launch fresh = {.time_ns = now, .thread_start = started};
+      bpf_map_update_elem(&last_launch, &tk, &fresh, BPF_ANY);
     }
   }
   if (flags & CUDA_PROBE_F_GROUP_START) {
-    __u32 *d = bpf_map_lookup_elem(&group_depth, &tid);
-    if (d) {
-      *d += 1;
+    struct cuda_thread_group *g = bpf_map_lookup_elem(&group_depth, &tk);
+    if (g && g->thread_start == started) {
+      g->depth += 1;
     } else {
-      __u32 one = 1;
-      bpf_map_update_elem(&group_depth, &tid, &one, BPF_ANY);
+      struct cuda_thread_group one = {.thread_start = started, .depth = 1};
+      bpf_map_update_elem(&group_depth, &tk, &one, BPF_ANY);
     }
   }
   if (flags & CUDA_PROBE_F_GROUP_END) {
-    __u32 *d = bpf_map_lookup_elem(&group_depth, &tid);
-    if (d && *d > 0) *d -= 1;
+    struct cuda_thread_group *g = bpf_map_lookup_elem(&group_depth, &tk);
+    if (g && g->thread_start == started && g->depth > 0) g->depth -= 1;
   }
   if (flags & CUDA_PROBE_F_COMM_DESTROY) {
     struct comm_key ck = {.tgid = tgid, .comm = PT_REGS_PARM1(ctx)};
     bpf_map_delete_elem(&comms, &ck);
   }
   if (flags & CUDA_PROBE_F_TIMED) {
-    struct entry_key ek = {.tid = tid, .probe = probe};
+    struct cuda_entry_key ek = {.tgid = tgid, .tid = tid, .probe = probe};
     struct entry_val ev = {
         .time_ns = now, .arg1 = PT_REGS_PARM1(ctx), .arg2 = PT_REGS_PARM2(ctx), .arg3 = PT_REGS_PARM3(ctx)};
     bpf_map_update_elem(&entries, &ek, &ev, BPF_ANY);
@@ -312,7 +325,7 @@ int probe_exit(struct pt_regs *ctx) {
   __u64 now = bpf_ktime_get_ns();
   if (probe >= CUDA_PROBES_MAX_PROBES) return 0;
 
-  struct entry_key ek = {.tid = tid, .probe = probe};
+  struct cuda_entry_key ek = {.tgid = tgid, .tid = tid, .probe = probe};
   struct entry_val *ev = bpf_map_lookup_elem(&entries, &ek);
   if (!ev) {
     struct cuda_probe_global *g = global();

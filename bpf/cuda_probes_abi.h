@@ -73,6 +73,32 @@ struct cuda_probe_global {
   __u64 comms_full;    /* communicator table full */
 };
 
+/* Keys of the per-thread maps (last_launch, group_depth, entries). Every map key of this
+ * program starts with the tgid, so user space deletes a detached process's entries from every map
+ * by that first field; keying by tgid as well as tid also keeps a tid reused by another process
+ * from meeting the old thread's state. */
+struct cuda_thread_key {
+  __u32 tgid;
+  __u32 tid;
+};
+struct cuda_entry_key {
+  __u32 tgid;
+  __u32 tid;
+  __u32 probe;
+};
+/* Per-thread state stamped with the thread's start time (task_struct.start_time): a tid reused
+ * inside the same process (after the old thread exited) has another start time, so it starts
+ * afresh instead of inheriting the old thread's last launch or group depth. */
+struct cuda_thread_launch {
+  __u64 time_ns;      /* last launch (bpf_ktime_get_ns) */
+  __u64 thread_start; /* task start_time of the thread that launched */
+};
+struct cuda_thread_group {
+  __u64 thread_start;
+  __u32 depth;
+  __u32 pad;
+};
+
 #define CUDA_PROBES_MAX_STATS 32768
 #define CUDA_PROBES_MAX_COMMS 4096
 #define CUDA_PROBES_MAX_THREADS 65536

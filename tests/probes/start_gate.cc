@@ -6,10 +6,16 @@
 //   ITHBAT_GATE_READY=<file>  created by the constructor (the test then attaches)
 //   ITHBAT_GATE_START=<file>  the constructor waits until it exists (at most 120 s)
 //   ITHBAT_GATE_EXIT=<file>   the destructor flushes stdio, then waits until it exists (120 s)
+//   ITHBAT_GATE_NCCL_PAUSE_AT=<n>, ITHBAT_GATE_PAUSED=<file>, ITHBAT_GATE_RESUME=<file>: before the
+//     program's (n+1)-th ncclAllReduce (interposed: the gate is preloaded, so the program's call
+//     reaches it first and it forwards to the real one), create PAUSED and wait for RESUME
+//     (120 s). The tests attach there: "after n collectives" without a clock.
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -24,11 +30,15 @@ void WaitFor(const char* env) {
   }
 }
 
-__attribute__((constructor)) void GateStart() {
-  if (const char* ready = std::getenv("ITHBAT_GATE_READY"); ready != nullptr && *ready != '\0') {
-    const int fd = open(ready, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+void Create(const char* env) {
+  if (const char* path = std::getenv(env); path != nullptr && *path != '\0') {
+    const int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (fd >= 0) close(fd);
   }
+}
+
+__attribute__((constructor)) void GateStart() {
+  Create("ITHBAT_GATE_READY");
   WaitFor("ITHBAT_GATE_START");
 }
 
@@ -38,3 +48,22 @@ __attribute__((destructor)) void GateExit() {
 }
 
 }  // namespace
+
+// NCCL's ABI for ncclAllReduce (enums are int-sized; ncclResult_t 3 = ncclInternalError).
+extern "C" __attribute__((visibility("default"))) int ncclAllReduce(const void* sendbuff, void* recvbuff,
+                                                                    size_t count, int datatype, int op,
+                                                                    void* comm, void* stream) {
+  using Fn = int (*)(const void*, void*, size_t, int, int, void*, void*);
+  static Fn next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "ncclAllReduce"));
+  static long pause_at = [] {
+    const char* v = std::getenv("ITHBAT_GATE_NCCL_PAUSE_AT");
+    return v != nullptr && *v != '\0' ? std::strtol(v, nullptr, 10) : -1L;
+  }();
+  static long calls = 0;  // NCCL forbids concurrent calls on one communicator; the workload has one
+  if (calls++ == pause_at) {
+    Create("ITHBAT_GATE_PAUSED");
+    WaitFor("ITHBAT_GATE_RESUME");
+  }
+  if (next == nullptr) return 3;
+  return next(sendbuff, recvbuff, count, datatype, op, comm, stream);
+}

@@ -1,5 +1,4 @@
 #include "collect/probes/elf_reader.h"
-#include "core/file_util.h"
 
 #include <cerrno>
 #include <cstring>
@@ -9,14 +8,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file_util.h"
+
 namespace ithbat::collect::probes {
 namespace {
 
 using Fd = UniqueFd;
 
+// Whether [offset, offset + n) lies inside a file of `file_size` bytes. Checked BEFORE any
+// buffer is sized from a header field, so a tiny file that claims huge tables costs nothing.
+bool InFile(uint64_t file_size, uint64_t offset, uint64_t n) {
+  return offset <= file_size && n <= file_size - offset;
+}
+
 // Reads exactly [offset, offset + n) of a file of `file_size` bytes.
 Status ReadAt(int fd, uint64_t file_size, uint64_t offset, void* out, uint64_t n, std::string_view what) {
-  if (offset > file_size || n > file_size - offset) {
+  if (!InFile(file_size, offset, n)) {
     return MakeErrorF(ErrorCode::kParse, "ELF {} [{}, +{}) lies outside the file ({} bytes)", what, offset, n,
                       file_size);
   }
@@ -84,6 +91,9 @@ Result<ElfInfo> ReadElf(const std::string& path, const std::unordered_set<std::s
 
   ElfInfo info;
   if (eh.e_phnum > 0) {
+    if (!InFile(size, eh.e_phoff, uint64_t{eh.e_phnum} * sizeof(Elf64_Phdr))) {
+      return MakeErrorF(ErrorCode::kParse, "{}: program headers lie outside the file", path);
+    }
     std::vector<Elf64_Phdr> ph(eh.e_phnum);
     if (auto s =
             ReadAt(fd.get(), size, eh.e_phoff, ph.data(), ph.size() * sizeof(Elf64_Phdr), "program headers");
@@ -101,6 +111,9 @@ Result<ElfInfo> ReadElf(const std::string& path, const std::unordered_set<std::s
   // e_shnum == 0 with e_shoff != 0 means "more than 0xff00 sections" (count in shdr[0]); such
   // files are not shared libraries we target.
   if (eh.e_shnum == 0) return info;
+  if (!InFile(size, eh.e_shoff, uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr))) {
+    return MakeErrorF(ErrorCode::kParse, "{}: section headers lie outside the file", path);
+  }
   std::vector<Elf64_Shdr> sh(eh.e_shnum);
   if (auto s =
           ReadAt(fd.get(), size, eh.e_shoff, sh.data(), sh.size() * sizeof(Elf64_Shdr), "section headers");
@@ -121,6 +134,12 @@ Result<ElfInfo> ReadElf(const std::string& path, const std::unordered_set<std::s
       if (s.sh_size > limits.max_table_bytes || strs.sh_size > limits.max_table_bytes) {
         return MakeErrorF(ErrorCode::kResourceExhausted, "{}: a symbol table exceeds {} bytes", path,
                           limits.max_table_bytes);
+      }
+      // Both tables must lie inside the file before anything is sized from them: the header
+      // fields are the file's word, and the file may be a container's forgery.
+      if (!InFile(size, s.sh_offset, s.sh_size) || !InFile(size, strs.sh_offset, strs.sh_size)) {
+        return MakeErrorF(ErrorCode::kParse, "{}: a symbol or string table lies outside the file ({} bytes)",
+                          path, size);
       }
       const uint64_t n = s.sh_size / sizeof(Elf64_Sym);
       if (info.symbols_read + n > limits.max_symbols) {

@@ -34,9 +34,11 @@ struct ElfLoadSegment {
   bool executable = false;
 };
 
+// Tables are also checked against the file's size before any allocation, so these bound what a
+// real (large) file can cost; 64 MiB covers a driver's .symtab/.strtab with room to spare.
 struct ElfLimits {
-  uint64_t max_table_bytes = 512ull << 20;  // one symbol or string table
-  size_t max_symbols = 4'000'000;           // entries read over all tables
+  uint64_t max_table_bytes = 64ull << 20;  // one symbol or string table
+  size_t max_symbols = 2'000'000;          // entries read over all tables
   uint32_t max_sections = 65'535;
   uint32_t max_segments = 4096;
 };

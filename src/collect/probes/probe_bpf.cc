@@ -201,13 +201,59 @@ void ProbeBpf::ResetMaxima(uint32_t tgid) {
   bpf_map_update_elem(fd, &k, &zero, BPF_EXIST);
 }
 
-void ProbeBpf::ForgetProcess(uint32_t tgid) {
-  std::vector<StatEntry> all;
-  (void)ReadStats(&all);
-  const int fd = bpf_map__fd(skel_->maps.stats);
-  for (const StatEntry& e : all) {
-    if (e.key.tgid == tgid) bpf_map_delete_elem(fd, &e.key);
+namespace {
+
+// Every key of the map whose leading __u32 is `tgid` (every key of cuda_probes.bpf.c starts with
+// the tgid), concatenated. Collected before any deletion: deleting while walking restarts a hash
+// map's get_next_key from the beginning.
+std::vector<unsigned char> KeysOfTgid(const bpf_map* map, uint32_t tgid) {
+  const int fd = bpf_map__fd(map);
+  const size_t key_size = bpf_map__key_size(map);
+  const size_t max = bpf_map__max_entries(map);
+  if (fd < 0 || key_size < sizeof(uint32_t) || key_size > 64) return {};
+  std::vector<unsigned char> prev(key_size), next(key_size);
+  std::vector<unsigned char> doomed;
+  bool first = true;
+  for (size_t i = 0; i < max; ++i) {
+    if (bpf_map_get_next_key(fd, first ? nullptr : prev.data(), next.data()) != 0) break;
+    first = false;
+    uint32_t key_tgid = 0;
+    std::memcpy(&key_tgid, next.data(), sizeof(key_tgid));
+    if (key_tgid == tgid) doomed.insert(doomed.end(), next.begin(), next.end());
+    prev.swap(next);
   }
+  return doomed;
+}
+
+void DeleteKeysOfTgid(const bpf_map* map, uint32_t tgid) {
+  const std::vector<unsigned char> doomed = KeysOfTgid(map, tgid);
+  const int fd = bpf_map__fd(map);
+  const size_t key_size = bpf_map__key_size(map);
+  for (size_t off = 0; off + key_size <= doomed.size(); off += key_size)
+    bpf_map_delete_elem(fd, &doomed[off]);
+}
+
+}  // namespace
+
+void ProbeBpf::ForgetProcess(uint32_t tgid) {
+  // Counters, per-thread state (last launch, group depth, pending entries) and communicators: a
+  // later process with this pid starts from nothing, and a re-attach of the same process does
+  // not measure the detached time as a launch gap.
+  for (const bpf_map* m : {skel_->maps.stats, skel_->maps.last_launch, skel_->maps.group_depth,
+                           skel_->maps.entries, skel_->maps.comms}) {
+    DeleteKeysOfTgid(m, tgid);
+  }
+}
+
+ProbeBpf::KeyCounts ProbeBpf::CountKeys(uint32_t tgid) const {
+  auto n = [&](const bpf_map* m) { return KeysOfTgid(m, tgid).size() / bpf_map__key_size(m); };
+  KeyCounts c;
+  c.stats = n(skel_->maps.stats);
+  c.last_launch = n(skel_->maps.last_launch);
+  c.group_depth = n(skel_->maps.group_depth);
+  c.entries = n(skel_->maps.entries);
+  c.comms = n(skel_->maps.comms);
+  return c;
 }
 
 int ProbeBpf::DrainRecords(const std::function<void(const cuda_probe_record&)>& fn) {

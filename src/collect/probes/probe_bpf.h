@@ -73,8 +73,14 @@ class ProbeBpf {
   Status ReadStats(std::vector<StatEntry>* out) const;
   // Zeroes the per-tick maxima of tgid (CUDA_SLOT_GAP_MAX).
   void ResetMaxima(uint32_t tgid);
-  // Deletes every entry of tgid (after its links are gone).
+  // Deletes every entry of tgid from every map — counters, per-thread state, communicators —
+  // (after its links are gone).
   void ForgetProcess(uint32_t tgid);
+  // Entries of tgid per map (diagnostics and tests; walks the maps).
+  struct KeyCounts {
+    size_t stats = 0, last_launch = 0, group_depth = 0, entries = 0, comms = 0;
+  };
+  KeyCounts CountKeys(uint32_t tgid) const;
   // Consumes ring-buffer records (at most what is there now).
   int DrainRecords(const std::function<void(const cuda_probe_record&)>& fn);
   cuda_probe_global Globals() const;

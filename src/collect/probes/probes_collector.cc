@@ -34,6 +34,7 @@ struct Threshold {
   std::string_view label;
 };
 constexpr std::array<Threshold, 4> kThresholds = {{{20, "1ms"}, {23, "8ms"}, {27, "134ms"}, {30, "1s"}}};
+constexpr size_t kMaxFailedCache = 1024;
 
 const MetricDesc& LaunchesDesc() {
   static const MetricDesc d =
@@ -255,8 +256,18 @@ Result<std::shared_ptr<const ResolvedLibrary>> ProbesCollector::Resolve(Proc& p,
   }
   const LibKey key{lib.dev_major, lib.dev_minor, lib.inode, trusted.has_value()};
   if (auto it = resolved_cache_.find(key); it != resolved_cache_.end()) return it->second;
+  if (auto it = failed_cache_.find(key); it != failed_cache_.end()) return std::unexpected(it->second);
   auto r = ResolveLibrary(*agent_path, lib.kind, trusted);
-  if (!r) return std::unexpected(r.error());
+  if (!r) {
+    // A file's content under one (dev, inode) does not change while it is mapped, so a parse or
+    // bound failure is final; kNotFound/kIo may be a race with the process and are retried.
+    const ErrorCode c = r.error().code;
+    if (c == ErrorCode::kParse || c == ErrorCode::kResourceExhausted) {
+      if (failed_cache_.size() >= kMaxFailedCache) failed_cache_.clear();
+      failed_cache_.emplace(key, r.error());
+    }
+    return std::unexpected(r.error());
+  }
   auto shared = std::make_shared<const ResolvedLibrary>(std::move(*r));
   resolved_cache_.emplace(key, shared);
   return shared;

@@ -145,6 +145,10 @@ class ProbesCollector : public agent::Collector {
   size_t rescan_cursor_ = 0;
   int64_t mono_to_real_ = 0;  // CLOCK_REALTIME - CLOCK_MONOTONIC, refreshed each tick
   std::map<LibKey, std::shared_ptr<const ResolvedLibrary>> resolved_cache_;
+  // Files whose ELF was rejected (malformed, over a bound): not re-read at every rescan of every
+  // process mapping them. Bounded (kMaxFailedCache, cleared when full); transient errors
+  // (cannot open/read) are not cached.
+  std::map<LibKey, Error> failed_cache_;
   mutable std::mutex mu_;  // guards procs_ for the snapshot accessors
   std::map<int32_t, Proc> procs_;
   std::map<std::string, SeriesRef> global_refs_;
