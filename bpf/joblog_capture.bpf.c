@@ -157,7 +157,8 @@ static __always_inline int capture(int fd, const void *ptr, __u64 count, int vec
   if (written <= 0) return 0;
   __u64 pid_tgid = bpf_get_current_pid_tgid();
   __u32 tgid = pid_tgid >> 32;
-  if (!bpf_map_lookup_elem(&tracked, &tgid)) return 0;
+  struct joblog_track *t = bpf_map_lookup_elem(&tracked, &tgid);
+  if (!t) return 0;
   int stream = stream_of(fd);
   if (!stream) return 0;
   __u32 zero = 0;
@@ -172,6 +173,11 @@ static __always_inline int capture(int fd, const void *ptr, __u64 count, int vec
   s->h.boot_ns = bpf_ktime_get_boot_ns();
   s->h.stream = stream;
   s->h.flags = 0;
+  // Not atomic (see joblog_header.seq): a rare shared number only hides a gap, never makes one.
+  __u32 seq = t->seq + 1;
+  t->seq = seq;
+  s->h.seq = seq;
+  s->h.reserved = 0;
 
   __u64 total = 0;
   __u64 off = 0;  // bytes of the call handed out so far
@@ -266,6 +272,8 @@ static __always_inline void emit_control(__u32 type, __u32 tgid, __u32 tid, __u6
   h->len = 0;
   h->stream = 0;
   h->flags = 0;
+  h->seq = 0;
+  h->reserved = 0;
   bpf_ringbuf_submit(h, 0);
 }
 
@@ -275,7 +283,7 @@ static __always_inline int on_fork(struct task_struct *parent, struct task_struc
   if (ptgid == ctgid) return 0;  // a new thread: the map is per process
   struct joblog_track *t = bpf_map_lookup_elem(&tracked, &ptgid);
   if (!t || (t->flags & JOBLOG_TRACK_NO_INHERIT)) return 0;
-  struct joblog_track child_entry = {.flags = 0, .root = t->root};
+  struct joblog_track child_entry = {.flags = 0, .root = t->root, .seq = 0, .reserved = 0};
   if (bpf_map_update_elem(&tracked, &ctgid, &child_entry, BPF_NOEXIST)) {
     struct joblog_stats *st = my_stats();
     if (st) st->track_full++;

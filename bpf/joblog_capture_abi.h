@@ -13,7 +13,8 @@
 /* At most this many records per syscall (64 KiB); the rest of a larger write is counted as
  * truncated (stats), never copied. */
 #define JOBLOG_MAX_CHUNKS_PER_CALL 16
-/* writev/pwritev: the first this many iovecs are looked at. */
+/* writev: the first this many iovecs are looked at (write, pwrite64 and writev are captured;
+ * pwritev is not). */
 #define JOBLOG_MAX_IOVECS 16
 /* Tracked processes the kernel map holds (tgid -> joblog_track). */
 #define JOBLOG_MAX_TRACKED 8192
@@ -29,8 +30,10 @@ enum joblog_track_flags {
 };
 
 struct joblog_track {
-  __u32 flags; /* joblog_track_flags */
-  __u32 root;  /* tgid of the tracked process this one descends from (itself for a root) */
+  __u32 flags;    /* joblog_track_flags */
+  __u32 root;     /* tgid of the tracked process this one descends from (itself for a root) */
+  __u32 seq;      /* captured calls of this process so far (user space writes 0) */
+  __u32 reserved; /* 0 */
 };
 
 struct joblog_header {
@@ -38,12 +41,21 @@ struct joblog_header {
   __u32 tgid;      /* the process (FORK: the child) */
   __u32 tid;       /* the writing thread (FORK: the parent's tgid) */
   __s32 fd;        /* the fd written to (FORK/EXIT: -1) */
-  __u64 boot_ns;   /* bpf_ktime_get_boot_ns() at syscall entry (user space adds realtime - boottime) */
-  __u64 total_len; /* bytes the call asked to write (writev: over the first JOBLOG_MAX_IOVECS iovecs) */
+  __u64 boot_ns;   /* bpf_ktime_get_boot_ns() at syscall exit (user space adds realtime - boottime) */
+  __u64 total_len; /* bytes the call wrote (its return value; writev: within the first
+                    * JOBLOG_MAX_IOVECS iovecs) */
   __u64 offset;    /* of this record's bytes within the call's bytes (FORK: the root's tgid) */
   __u32 len;       /* data bytes following the header */
   __u16 stream;    /* 1 = stdout, 2 = stderr: fd 1/2, or an fd sharing their struct file */
   __u16 flags;     /* JOBLOG_DATA_* */
+  /* DATA: the number of this call among the process's captured calls, from 1; every record of
+   * one call has the same. A number skipped (seq > last + 1) means a whole call was lost (ring
+   * full): a partial line pending before it must not be glued to what follows. Counted without
+   * an atomic (kernels before 5.12 have no fetch-add), so two threads writing at once on two
+   * CPUs may share a number or arrive out of order: only a jump forward is a gap.
+   * FORK/EXIT: 0. */
+  __u32 seq;
+  __u32 reserved; /* 0 */
 };
 
 enum joblog_data_flags {

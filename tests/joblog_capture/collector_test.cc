@@ -1,7 +1,11 @@
 // JobLogCollector against a fake capture source: line assembly across writes, identities,
 // descendants, opt-out, exit, bounds, step calibration, self-metrics. The real eBPF source is
 // tested in ebpf_capture_test.cc.
+#include <sys/stat.h>
+
+#include <cmath>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -13,6 +17,7 @@
 #include "joblog_capture/capture_test_util.h"
 #include "testutil/fake_sink.h"
 #include "testutil/testutil.h"
+#include "testutil/tfevents_writer.h"
 
 namespace ithbat::collect::joblog {
 namespace {
@@ -377,6 +382,72 @@ TEST_F(CollectorTest, LoggedStepsCalibrateTheStepTimeline) {
   EXPECT_EQ(last.span.end, kT0 + 3 * kNsPerSec);
 }
 
+// Lines of one block-buffered write arrive together: no zero-length span from them. When only
+// every 10th step is logged, the span of the logged step is a tenth of the interval.
+TEST_F(CollectorTest, StepCalibrationSkipsSharedTimesAndSharesOutSkippedSteps) {
+  AddProc(100);
+  Make();
+  Publish({{100, Rank("j", 0)}});
+  Tick();
+  Data(100, 1, MegatronLine(10, 2.0) + "\n", kT0 + 1 * kNsPerSec);
+  Data(100, 1, MegatronLine(20, 1.9) + "\n", kT0 + 11 * kNsPerSec);
+  const std::string block = MegatronLine(21, 1.8) + "\n" + MegatronLine(22, 1.7) + "\n";
+  Data(100, 1, block, kT0 + 12 * kNsPerSec);
+  Tick();
+  std::map<int64_t, StepSpan> by_step;
+  for (const auto& s : sink_.steps()) by_step[s.span.step] = s.span;
+  ASSERT_TRUE(by_step.count(20));
+  EXPECT_EQ(by_step[20].start, kT0 + 10 * kNsPerSec) << "(t20 - t10) / 10, ending at t20";
+  EXPECT_EQ(by_step[20].end, kT0 + 11 * kNsPerSec);
+  ASSERT_TRUE(by_step.count(21));
+  EXPECT_EQ(by_step[21].start, kT0 + 11 * kNsPerSec);
+  EXPECT_EQ(by_step[21].end, kT0 + 12 * kNsPerSec);
+  for (const auto& [step, span] : by_step) EXPECT_LT(span.start, span.end) << "step " << step;
+  if (by_step.count(22)) {
+    EXPECT_NE(by_step[22].start, kT0 + 12 * kNsPerSec);
+  }
+}
+
+// A whole lost write (the source marks the next record): the pending partial line ends there
+// instead of being glued to the next write's bytes.
+TEST_F(CollectorTest, GapBeforeARecordEndsThePendingPartialLine) {
+  AddProc(100);
+  Make();
+  Publish({{100, Rank("j", 0)}});
+  Tick();
+  Data(100, 1, MegatronLine(1, 1.0) + "\n" + "partial line with no end", kT0 + 1);
+  Data(100, 1, MegatronLine(2, 2.0) + "\n", kT0 + 2);
+  state_->queue.back().gap_before = true;
+  Tick();
+  auto events = sink_.events();
+  ASSERT_NE(LossAt(events, 1), nullptr);
+  ASSERT_NE(LossAt(events, 2), nullptr) << "the line after the gap must parse on its own";
+  EXPECT_DOUBLE_EQ(LossAt(events, 2)->value, 2.0);
+  bool cut = false;
+  for (const auto& l : collector_->raw_ring().Read(kMinTime, kMaxTime)) {
+    if (l.text == "partial line with no end") cut = true;
+  }
+  EXPECT_TRUE(cut);
+}
+
+TEST(SeqGapDetector, OnlyAJumpForwardOrADropIsAGap) {
+  SeqGapDetector d;
+  EXPECT_FALSE(d.Observe(7, 1));
+  EXPECT_FALSE(d.Observe(7, 2));
+  EXPECT_FALSE(d.Observe(7, 2));  // another chunk of the same call
+  EXPECT_TRUE(d.Observe(7, 4));   // call 3 lost
+  EXPECT_FALSE(d.Observe(7, 3));  // out of order (two CPUs): not a gap
+  EXPECT_FALSE(d.Observe(7, 5));
+  EXPECT_FALSE(d.Observe(8, 9));  // first seen: nothing to compare with
+  d.Lost(8);                      // the queue dropped one of pid 8's records
+  EXPECT_TRUE(d.Observe(8, 11));
+  EXPECT_FALSE(d.Observe(8, 12));
+  EXPECT_FALSE(d.Observe(7, 1));  // tracked again: numbering starts over
+  EXPECT_FALSE(d.Observe(7, 2));
+  d.Forget(7);
+  EXPECT_FALSE(d.Observe(7, 40));
+}
+
 TEST_F(CollectorTest, RankPrefixInTheLineOverridesTheProcessRank) {
   AddProc(100);
   Make();
@@ -445,6 +516,71 @@ TEST_F(CollectorTest, ErrorTextIsRedactedBeforeItIsStored) {
   for (const auto& l : collector_->raw_ring().Read(kMinTime, kMaxTime)) {
     EXPECT_EQ(l.text.find("sk-abcdefghijklmnopqrstuvwx"), std::string::npos) << l.text;
   }
+}
+
+// Attribute values are free text too (the CUDA error's message here): redacted like the text.
+TEST_F(CollectorTest, ErrorAttributesAreRedactedBeforeTheyAreStored) {
+  AddProc(100);
+  Make();
+  Publish({{100, Rank("j", 0)}});
+  Tick();
+  const std::string secret = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+  Data(100, 2, "RuntimeError: CUDA error: an illegal memory access was encountered token=" + secret + "\n", kT0 + 1);
+  Tick();
+  auto errors = OfKind(sink_.events(), EventKind::kError);
+  ASSERT_FALSE(errors.empty()) << "the CUDA error line must be an error event";
+  size_t attrs = 0;
+  for (const auto& e : errors) {
+    EXPECT_EQ(e.text.find(secret), std::string::npos) << e.text;
+    for (const auto& [k, v] : e.attrs) {
+      ++attrs;
+      EXPECT_EQ(v.find(secret), std::string::npos) << k << "=" << v;
+    }
+  }
+  EXPECT_GT(attrs, 0u);
+}
+
+// TensorBoard files are found among the fds of followed processes (a fake /proc here: fd
+// links to files). A FIFO with the file's name is skipped without hanging (a blocking open
+// of a FIFO without a writer never returns); two processes' files are followed apart, each
+// with its own identity, because a file is known by its inode, not its path.
+TEST_F(CollectorTest, TensorboardFilesAreFollowedByInodeAndAFifoIsSkipped) {
+  testing::TempDir files;
+  const auto fifo = files.path() / "events.out.tfevents.1.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto a = files.path() / "a" / "events.out.tfevents.1.host.1.0";
+  const auto b = files.path() / "b" / "events.out.tfevents.1.host.1.0";
+  std::filesystem::create_directories(a.parent_path());
+  std::filesystem::create_directories(b.parent_path());
+  {
+    testing::TfEventsWriter wa(a.string());
+    ASSERT_TRUE(wa.WriteScalar(5, "train/loss", 1.5f, 1800000010.0));
+    testing::TfEventsWriter wb(b.string());
+    ASSERT_TRUE(wb.WriteScalar(5, "train/loss", 2.5f, std::nan("")));  // wall time unusable
+  }
+  AddProc(100);
+  AddProc(200);
+  std::filesystem::create_directories(proc_.path() / "100" / "fd");
+  std::filesystem::create_directories(proc_.path() / "200" / "fd");
+  std::filesystem::create_symlink(fifo, proc_.path() / "100" / "fd" / "3");
+  std::filesystem::create_symlink(a, proc_.path() / "100" / "fd" / "4");
+  std::filesystem::create_symlink(b, proc_.path() / "200" / "fd" / "4");
+  Make();
+  Publish({{100, Rank("j", 0)}, {200, Rank("j", 1)}});
+  const TimeNs before = NowNs();
+  Tick();
+  const TimeNs after = NowNs();
+  auto losses = OfKind(sink_.events(), EventKind::kLoss);
+  ASSERT_EQ(losses.size(), 2u);
+  std::map<int32_t, Event> by_rank;
+  for (const auto& e : losses) by_rank[e.identity.rank] = e;
+  ASSERT_TRUE(by_rank.count(0));
+  ASSERT_TRUE(by_rank.count(1));
+  EXPECT_DOUBLE_EQ(by_rank[0].value, 1.5);
+  EXPECT_EQ(by_rank[0].time, 1800000010LL * kNsPerSec);
+  EXPECT_DOUBLE_EQ(by_rank[1].value, 2.5);
+  EXPECT_GE(by_rank[1].time, before) << "NaN wall time: the time it was read";
+  EXPECT_LE(by_rank[1].time, after);
 }
 
 TEST(JobLogParse, OptOutListAndModes) {

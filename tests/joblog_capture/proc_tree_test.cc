@@ -4,12 +4,14 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -66,7 +68,47 @@ TEST(ProcTree, OpenTensorBoardFilesAreFoundAmongTheFds) {
   close(fd1);
   close(fd2);
   ASSERT_EQ(found.size(), 1u);
-  EXPECT_EQ(found[0], tb.string());
+  EXPECT_EQ(found[0].path, tb.string());
+  EXPECT_EQ(found[0].fd, fd1);
+}
+
+// The file is opened through the process's fd, not its path: what the path names now (another
+// file, a symlink) does not matter. A FIFO the process holds is refused without being opened,
+// so an agent reading it cannot hang.
+TEST(ProcTree, OpenProcessFileOpensTheHeldFileAndRefusesAFifo) {
+  testing::TempDir dir;
+  const auto tb = dir.path() / "events.out.tfevents.1.host.1.0";
+  int held = open(tb.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(write(held, "abc", 3), 3);
+  // The path now names another file: the held one is still what is opened.
+  const auto other = dir.path() / "other";
+  int o = open(other.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+  ASSERT_GE(o, 0);
+  ASSERT_EQ(write(o, "zzzzzz", 6), 6);
+  close(o);
+  std::filesystem::rename(other, tb);
+  auto fd = OpenProcessFile("/proc", getpid(), held);
+  ASSERT_TRUE(fd) << fd.error().ToString();
+  struct stat a {}, b {};
+  ASSERT_EQ(fstat(*fd, &a), 0);
+  ASSERT_EQ(fstat(held, &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino);
+  EXPECT_EQ(a.st_size, 3);
+  close(*fd);
+  close(held);
+
+  const auto fifo = dir.path() / "events.out.tfevents.2.host.1.0";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  int rd = open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(rd, 0);
+  auto found = FindTfeventsFiles("/proc", getpid(), 4096);
+  ASSERT_EQ(found.size(), 1u);  // found by name...
+  auto refused = OpenProcessFile("/proc", getpid(), found[0].fd);
+  ASSERT_FALSE(refused);  // ...but not opened
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  close(rd);
+  EXPECT_FALSE(OpenProcessFile("/proc", getpid(), 1 << 20));
 }
 
 }  // namespace

@@ -58,6 +58,57 @@ TEST(TailSource, StartsAtTheEndThenFollowsRotationAndTruncation) {
   EXPECT_EQ(s.reopens(), 2u);
 }
 
+// The old file's unterminated last line must not be glued to the new file's first line: the
+// first record after a rotation or truncation says so (gap_before), and the collector ends the
+// pending line there.
+TEST(TailSource, RotationMarksTheFirstRecordOfTheNewFile) {
+  testing::TempDir dir;
+  const auto log = dir.path() / "train.log";
+  Append(log, "");
+  TailSourceOptions o;
+  o.files.push_back(TailFile{log.string(), {}});
+  TailCaptureSource s(o);
+  ASSERT_TRUE(s.Start().has_value());
+  Append(log, "line 1\nunterminated");
+  std::vector<CaptureRecord> recs;
+  s.Drain(recs, 100);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_FALSE(recs[0].gap_before);
+  std::filesystem::rename(log, dir.path() / "train.log.1");
+  Append(log, "fresh\n");
+  recs.clear();
+  s.Drain(recs, 100);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_TRUE(recs[0].gap_before);
+  Append(log, "more\n");
+  recs.clear();
+  s.Drain(recs, 100);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_FALSE(recs[0].gap_before);
+  std::filesystem::resize_file(log, 0);
+  Append(log, "x\n");
+  recs.clear();
+  s.Drain(recs, 100);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_TRUE(recs[0].gap_before) << "truncation too";
+}
+
+// A symlink put where the followed file was is not followed (it could name a FIFO or a
+// device, or a file the job may not read).
+TEST(TailSource, ASymlinkInPlaceOfTheFileIsNotFollowed) {
+  testing::TempDir dir;
+  const auto target = dir.path() / "secret.txt";
+  Append(target, "not for the agent\n");
+  const auto log = dir.path() / "train.log";
+  std::filesystem::create_symlink(target, log);
+  TailSourceOptions o;
+  o.from_start = true;
+  o.files.push_back(TailFile{log.string(), {}});
+  TailCaptureSource s(o);
+  ASSERT_TRUE(s.Start().has_value());
+  EXPECT_EQ(DrainText(s), "");
+}
+
 TEST(TailSource, AFileThatAppearsLaterIsReadFromItsStartAndReadsAreBounded) {
   testing::TempDir dir;
   const auto log = dir.path() / "late.log";

@@ -3,6 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -310,7 +314,7 @@ TEST_F(TensorboardFollowerTest, CorruptDataCrcSkipsOneRecord) {
   EXPECT_FALSE(f->broken());
 }
 
-TEST_F(TensorboardFollowerTest, CorruptLengthStopsFollowingUntilTheFileIsReplaced) {
+TEST_F(TensorboardFollowerTest, CorruptLengthStopsFollowingUntilTheFileIsTruncated) {
   {
     TfEventsWriter w(Path());
     ASSERT_TRUE(w.WriteScalar(1, "loss", 3.0f, 1.0));
@@ -332,18 +336,39 @@ TEST_F(TensorboardFollowerTest, CorruptLengthStopsFollowingUntilTheFileIsReplace
   auto again = f->Poll(out);
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, ErrorCode::kCorrupt);
-  // The job starts a new file under the same name (rename over it): followed afresh.
-  const std::string tmp = Path() + ".new";
+  // The job starts over in the same file (truncates it): followed afresh.
+  std::filesystem::resize_file(Path(), 0);
   {
-    TfEventsWriter w(tmp);
+    TfEventsWriter w(Path());
     ASSERT_TRUE(w.WriteScalar(10, "loss", 0.5f, 1.0));
   }
-  std::filesystem::rename(tmp, Path());
   auto got = PollAll(*f);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].step, 10);
   EXPECT_EQ(f->restarts(), 1u);
   EXPECT_FALSE(f->broken());
+}
+
+// The path is never looked up again: another file renamed over it (or a symlink, a FIFO) is
+// not what the follower reads; it keeps to the inode it opened, which the writer may still
+// append to through its descriptor.
+TEST_F(TensorboardFollowerTest, FileReplacedUnderItsNameIsNotReopened) {
+  TfEventsWriter w(Path());
+  ASSERT_TRUE(w.WriteScalar(1, "loss", 3.0f, 1.0));
+  auto f = FileFollower::Open(Path());
+  ASSERT_TRUE(f);
+  EXPECT_EQ(PollAll(*f).size(), 1u);
+  const std::string tmp = Path() + ".new";
+  {
+    TfEventsWriter other(tmp);
+    ASSERT_TRUE(other.WriteScalar(99, "loss", 0.5f, 1.0));
+  }
+  std::filesystem::rename(tmp, Path());
+  ASSERT_TRUE(w.WriteScalar(2, "loss", 2.0f, 2.0));  // the original writer, its original inode
+  auto got = PollAll(*f);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].step, 2);
+  EXPECT_EQ(f->restarts(), 0u);
 }
 
 TEST_F(TensorboardFollowerTest, TruncatedFileStartsOver) {
@@ -401,6 +426,24 @@ TEST_F(TensorboardFollowerTest, PollReadsAtMostMaxBytes) {
   }
   EXPECT_EQ(out.size(), 100u);
   EXPECT_GT(polls, 10u);
+}
+
+TEST(TensorboardFollowerOpenTest, SymlinkFifoAndDeviceAreRefused) {
+  TempDir dir;
+  const auto fifo = dir.path() / "events.out.tfevents.1.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // No writer: a blocking open would wait forever.
+  auto f = FileFollower::Open(fifo.string());
+  ASSERT_FALSE(f);
+  EXPECT_EQ(f.error().code, ErrorCode::kInvalidArgument);
+  const auto link = dir.path() / "events.out.tfevents.1.link";
+  std::filesystem::create_symlink("/dev/null", link);
+  EXPECT_FALSE(FileFollower::Open(link.string()));
+  const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  auto d = FileFollower::FromFd(fd, "/dev/null");  // owns fd, closes it on refusal
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().code, ErrorCode::kInvalidArgument);
 }
 
 TEST(TensorboardFollowerOpenTest, MissingFileIsNotFound) {

@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/identity.h"
@@ -38,6 +40,11 @@ struct CaptureRecord {
   uint64_t total_len = 0;  // bytes the one call wrote (several records when it was large)
   uint64_t offset = 0;     // of `data` within those bytes
   int32_t root = -1;       // kFork: the tracked process the child descends from
+  // kData: bytes of this process (or file) written before this record were not delivered (a
+  // whole call lost in the kernel ring or the source's queue), or come from another file (a
+  // followed file rotated or truncated). A partial line pending before it ends there, cut,
+  // rather than being glued to this record's bytes.
+  bool gap_before = false;
   std::string data;
 };
 
@@ -58,6 +65,44 @@ struct CaptureCounters {
 struct StreamInfo {
   Identity identity;
   std::string name;  // the path, for logs
+};
+
+// Which records follow lost ones, for sources that number each process's calls (the eBPF
+// program's joblog_header.seq, from 1, shared by the records of one call) or drop records
+// themselves (a full queue). Only a jump forward is a gap: threads on two CPUs may deliver
+// out of order, and the numbering starts over when a pid is tracked again. At most
+// kMaxEntries pids are remembered; beyond that all are forgotten at once (at worst a gap
+// goes unseen). Not thread-safe (the source calls it under its lock).
+class SeqGapDetector {
+ public:
+  static constexpr size_t kMaxEntries = 65536;
+  // True when records of pid before this one (numbered `seq`, 0 = unnumbered) were lost.
+  bool Observe(int32_t pid, uint32_t seq) {
+    bool gap = lost_.erase(pid) > 0;
+    if (seq == 0) return gap;
+    auto it = last_.find(pid);
+    if (it == last_.end()) {
+      if (last_.size() >= kMaxEntries) last_.clear();
+      last_.emplace(pid, seq);
+      return gap;
+    }
+    if (seq > it->second + 1) gap = true;
+    if (seq > it->second || seq == 1) it->second = seq;
+    return gap;
+  }
+  // A record of pid was dropped (numbered `seq` or 0): its next record follows a gap.
+  void Lost(int32_t pid) {
+    if (lost_.size() >= kMaxEntries) lost_.clear();
+    lost_.insert(pid);
+  }
+  void Forget(int32_t pid) {
+    last_.erase(pid);
+    lost_.erase(pid);
+  }
+
+ private:
+  std::unordered_map<int32_t, uint32_t> last_;
+  std::unordered_set<int32_t> lost_;
 };
 
 enum class CaptureMode : uint8_t { kOff, kEbpf, kTail };

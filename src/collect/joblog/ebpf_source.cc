@@ -257,9 +257,13 @@ int EbpfCaptureSource::OnRecord(void* ctx, void* data, size_t size) {
   r.data.assign(static_cast<const char*>(data) + sizeof(h), h.len);
   const size_t cost = r.data.size() + sizeof(CaptureRecord);
   std::lock_guard lock(self->mu_);
+  if (r.type == CaptureRecord::Type::kExit) self->gaps_.Forget(r.pid);
+  if (r.type == CaptureRecord::Type::kData) r.gap_before = self->gaps_.Observe(r.pid, h.seq);
   if (self->queue_bytes_ + cost > self->options_.max_queue_bytes) {
     ++self->queue_lost_records_;
     self->queue_lost_bytes_ += r.data.size();
+    // The process's next delivered record follows a gap (and inherits this one's, if any).
+    if (r.type == CaptureRecord::Type::kData) self->gaps_.Lost(r.pid);
     return 0;
   }
   self->queue_bytes_ += cost;

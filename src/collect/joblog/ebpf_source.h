@@ -25,8 +25,9 @@
 // every second, so a stepped wall clock (NTP) is followed within a second.
 //
 // Errors from Create: kUnavailable "BPF load failed: <attach>: <errno text> (errno N): <last
-// libbpf message>; ..." for every attachment tried; kPermission when not allowed (no
-// CAP_BPF/CAP_SYS_ADMIN).
+// libbpf message>; ..." for every attachment tried (the errno text says EPERM when not
+// allowed); kPermission only when one attachment was asked for (not auto) and the kernel
+// refused it with EPERM/EACCES (no CAP_BPF/CAP_SYS_ADMIN).
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -98,6 +99,7 @@ class EbpfCaptureSource final : public CaptureSource {
   size_t queue_bytes_ = 0;
   uint64_t queue_lost_records_ = 0;
   uint64_t queue_lost_bytes_ = 0;
+  SeqGapDetector gaps_;  // CaptureRecord::gap_before, under mu_
   uint64_t malformed_ = 0;
 };
 

@@ -1,7 +1,10 @@
 #include "collect/joblog/joblog_collector.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <deque>
 
 #include <fmt/core.h>
@@ -486,6 +489,20 @@ void JobLogCollector::Handle(CaptureSource* source, CaptureRecord& r) {
 }
 
 void JobLogCollector::FeedStream(Proc& p, int stream, const CaptureRecord& r) {
+  if (r.gap_before) {
+    // Bytes before this record were lost (a whole call) or came from another file: every
+    // pending partial line of the process ends here, cut, whichever stream lost them.
+    for (int k = 1; k <= 2; ++k) {
+      StreamState& gs = p.streams[k - 1];
+      lines_.clear();
+      gs.assembler.Flush(r.time, lines_);
+      gs.next_offset = gs.call_total = 0;
+      for (auto& l : lines_) {
+        l.truncated = true;  // the loss itself is counted by the source (lost_records)
+        HandleLine(p, k, l);
+      }
+    }
+  }
   StreamState& s = p.streams[stream - 1];
   // A missing chunk (lost in a full ring) would glue two unrelated pieces of text into one
   // line: end the pending line at the gap instead.
@@ -541,16 +558,24 @@ void JobLogCollector::EmitParsed(const Proc& p, int /*stream*/, const ParsedEven
   // Error events quote the line: it leaves the node, so it is redacted like the raw ring.
   if (!e.text.empty()) RedactSecrets(e.text);
   e.attrs = pe.attrs;
+  // Attribute values carry free text too (an error's message or reason, a host, a path, what
+  // a user pattern captured): redacted like the text.
+  for (auto& [k, v] : e.attrs) RedactSecrets(v);
   if (!framework.empty()) e.attrs.emplace_back("framework", std::string(framework));
   events_[pe.kind].value++;
   if (pe.kind == EventKind::kStep && pe.step >= 0) {
-    // Calibration: the span from the previous logged step of this rank to this one. A line
-    // written through a block-buffered pipe arrives late, so both ends may lag (README).
+    // Calibration: the span of one step, from the previous logged step of this rank to this
+    // one. A line written through a block-buffered pipe arrives late, so both ends may lag
+    // (README). Lines of one buffered write share one arrival time: no span from those (it
+    // would be zero-length). When only every Nth step is logged, the N steps between two lines
+    // are shared out evenly: the span of this step is (t - prev_t) / N, ending at t.
     auto key = std::make_pair(e.identity.job, e.identity.rank);
     auto it = last_step_.find(key);
     std::optional<StepSpan> span;
-    if (it != last_step_.end() && it->second.first < pe.step && it->second.second <= t) {
-      span = StepSpan{pe.step, it->second.second, t};
+    if (it != last_step_.end() && it->second.first < pe.step && it->second.second < t) {
+      const int64_t steps = pe.step - it->second.first;
+      const TimeNs per_step = (t - it->second.second) / steps;
+      if (per_step > 0) span = StepSpan{pe.step, t - per_step, t};
     } else if (std::isfinite(pe.value) && pe.value > 0 && pe.value < 86400) {
       span = StepSpan{pe.step, t - static_cast<TimeNs>(pe.value * kNsPerSec), t};
     }
@@ -581,23 +606,38 @@ void JobLogCollector::Sweep(TimeNs t) {
 }
 
 void JobLogCollector::ScanTensorboard() {
-  for (auto& [path, f] : tb_files_) f->alive = false;
+  for (auto& [key, f] : tb_files_) f->alive = false;
   for (const auto& [pid, p] : procs_) {
     if (pid <= 0) continue;
-    for (const auto& path : FindTfeventsFiles(options_.proc_root, pid, 4096)) {
-      auto it = tb_files_.find(path);
+    const auto fd_dir = options_.proc_root / std::to_string(pid) / "fd";
+    for (const auto& ref : FindTfeventsFiles(options_.proc_root, pid, 4096)) {
+      // The job's own open file, through its fd: stat'ed (the link is followed by the kernel
+      // to the file the process holds) to find it among those followed, opened only if new.
+      struct stat st {};
+      const auto link = fd_dir / std::to_string(ref.fd);
+      if (::stat(link.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      const std::pair<uint64_t, uint64_t> key{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+      auto it = tb_files_.find(key);
       if (it != tb_files_.end()) {
         it->second->alive = true;
         continue;
       }
       if (tb_files_.size() >= options_.max_tensorboard_files) break;
-      auto follower = tensorboard::FileFollower::Open(path);
+      auto fd = OpenProcessFile(options_.proc_root, pid, ref.fd);
+      if (!fd) {
+        if (fd.error().code != ErrorCode::kNotFound) ++tb_errors_total_;
+        continue;
+      }
+      auto follower = tensorboard::FileFollower::FromFd(*fd, fmt::format("{} (pid {})", ref.path, pid));
       if (!follower) {
         ++tb_errors_total_;
         continue;
       }
+      const std::pair<uint64_t, uint64_t> opened{static_cast<uint64_t>(follower->dev()),
+                                                 static_cast<uint64_t>(follower->ino())};
+      if (tb_files_.count(opened)) continue;
       auto f = std::make_unique<TbFile>(TbFile{std::move(*follower), pid, p.identity, false, true});
-      tb_files_.emplace(path, std::move(f));
+      tb_files_.emplace(opened, std::move(f));
     }
   }
 }
@@ -621,7 +661,12 @@ void JobLogCollector::PollTensorboard() {
       std::optional<ParsedEvent> pe = tensorboard::ScalarToEvent(sc);
       if (!pe) continue;
       Event e;
-      e.time = static_cast<TimeNs>(sc.wall_time * 1e9);
+      // The file's wall time is the job's word: NaN, negative or absurd values (converting
+      // them to an integer is undefined) fall back to the time it was read.
+      constexpr double kMaxWallNs = static_cast<double>(int64_t{1} << 62);
+      const double wall_ns = sc.wall_time * 1e9;
+      e.time = std::isfinite(wall_ns) && wall_ns >= 0 && wall_ns < kMaxWallNs ? static_cast<TimeNs>(wall_ns)
+                                                                              : NowNs();
       e.kind = pe->kind;
       e.identity = f.identity;
       if (pe->rank >= 0) e.identity.rank = pe->rank;
@@ -631,6 +676,7 @@ void JobLogCollector::PollTensorboard() {
       e.name = pe->name;
       e.text = pe->text;
       e.attrs = pe->attrs;
+      for (auto& [k, v] : e.attrs) RedactSecrets(v);  // the tag is the job's text
       e.attrs.emplace_back("framework", "tensorboard");
       events_[pe->kind].value++;
       if (auto s = sink_->AppendEvent(std::move(e)); !s) ReportError(s.error());

@@ -16,16 +16,21 @@
 // Per process: one StreamParser (parser.h; the command line is its hint) shared by stdout and
 // stderr, and one LineAssembler per stream. Each parsed event becomes a core Event (time = the
 // write time of the line, source "joblog", attrs + framework) in the sink; kStep events also
-// calibrate the step timeline (Sink::RecordStep): the span runs from the previous logged step
-// of that rank to this one. Lines (redacted) go into a RawRing kept on the node.
+// calibrate the step timeline (Sink::RecordStep): one step's span ends at the line's time and
+// lasts (t - t_prev) / (step - step_prev) from the previous logged step of that rank (every Nth
+// step logged: the interval shared out); lines sharing the previous one's time (one buffered
+// write) are not calibrated from it. Attribute values and text are redacted like raw lines,
+// which (redacted) go into a RawRing kept on the node.
 //
 // Opt-out: a tracked process whose environment has ITHBAT_JOBLOG=off (also 0/false/no), or
 // whose job id or user is in options.opt_out ("job:ID", "user:NAME" or "user:UID"), is not
 // captured; its kernel entry is removed and it is counted in ithbat_joblog_opted_out_processes.
 //
 // TensorBoard: events.out.tfevents.* files among the open fds of followed processes are found
-// when the tracked set changes and every tensorboard_scan_ticks ticks, and followed
-// (tensorboard.h); their scalars become the same events as log lines, at the scalar's wall time.
+// when the tracked set changes and every tensorboard_scan_ticks ticks, opened through the
+// process's fd (/proc/<pid>/fd/<N>, regular files only), known by (dev, inode) and followed
+// (tensorboard.h); their scalars become the same events as log lines, at the scalar's wall time
+// (the time read when the file's is not a usable number).
 //
 // Threads: the runtime's worker calls Collect; the eBPF source has one thread of its own that
 // blocks on the ring buffer (ebpf_source.h). Lifecycle: Create → Init → Start (makes the
@@ -186,7 +191,9 @@ class JobLogCollector final : public agent::Collector {
   std::vector<ParsedEvent> parsed_;
   uint64_t ticks_ = 0;
   bool tb_rescan_ = true;
-  std::map<std::string, std::unique_ptr<TbFile>> tb_files_;
+  // Keyed by (st_dev, st_ino) of the file the job holds, never by its path: a path names
+  // different files in different mount namespaces (containers), and the job controls it.
+  std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<TbFile>> tb_files_;
 
   // Self-metrics (totals since Start).
   Counter line_counts_[2];

@@ -3,6 +3,8 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <climits>
+#include <cstdlib>
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -147,9 +149,9 @@ std::string UserName(uint32_t uid) {
   return result->pw_name ? std::string(result->pw_name) : std::string();
 }
 
-std::vector<std::string> FindTfeventsFiles(const std::filesystem::path& proc_root, int32_t pid,
+std::vector<OpenFileRef> FindTfeventsFiles(const std::filesystem::path& proc_root, int32_t pid,
                                            size_t max_fds) {
-  std::vector<std::string> out;
+  std::vector<OpenFileRef> out;
   if (pid <= 0) return out;
   const auto fd_dir = PidDir(proc_root, pid) / "fd";
   DIR* dir = opendir(fd_dir.c_str());
@@ -159,6 +161,9 @@ std::vector<std::string> FindTfeventsFiles(const std::filesystem::path& proc_roo
   while (dirent* e = readdir(dir)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     if (++seen > max_fds) break;
+    char* end = nullptr;
+    const long num = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || num < 0 || num > INT32_MAX) continue;
     ssize_t n = readlinkat(dirfd(dir), e->d_name, target.data(), target.size() - 1);
     if (n <= 0) continue;
     std::string_view path(target.data(), static_cast<size_t>(n));
@@ -166,11 +171,37 @@ std::vector<std::string> FindTfeventsFiles(const std::filesystem::path& proc_roo
     if (Basename(path).substr(0, 20) != "events.out.tfevents.") continue;
     // A deleted file reads "... (deleted)": nothing more will be appended under that path.
     if (path.size() > 10 && path.substr(path.size() - 10) == " (deleted)") continue;
-    out.emplace_back(path);
+    out.push_back(OpenFileRef{static_cast<int>(num), std::string(path)});
     if (out.size() >= 64) break;
   }
   closedir(dir);
   return out;
+}
+
+Result<int> OpenProcessFile(const std::filesystem::path& proc_root, int32_t pid, int fd) {
+  if (pid <= 0 || fd < 0) return MakeError(ErrorCode::kInvalidArgument, "no such process file");
+  const auto link = PidDir(proc_root, pid) / "fd" / std::to_string(fd);
+  struct stat before {};
+  if (stat(link.c_str(), &before) != 0) {
+    const int err = errno;
+    return ErrnoError(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, link.string(), err);
+  }
+  if (!S_ISREG(before.st_mode)) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "{}: not a regular file", link.string());
+  }
+  const int opened = open(link.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (opened < 0) {
+    const int err = errno;
+    return ErrnoError(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, link.string(), err);
+  }
+  // The process may have put another file on that fd between the stat and the open.
+  struct stat after {};
+  if (fstat(opened, &after) != 0 || !S_ISREG(after.st_mode) || after.st_dev != before.st_dev ||
+      after.st_ino != before.st_ino) {
+    close(opened);
+    return MakeErrorF(ErrorCode::kInvalidArgument, "{}: changed while opened", link.string());
+  }
+  return opened;
 }
 
 }  // namespace ithbat::collect::joblog

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/result.h"
+
 namespace ithbat::collect::joblog {
 
 inline constexpr size_t kMaxCmdlineBytes = 4096;
@@ -31,8 +33,20 @@ bool ProcessExists(const std::filesystem::path& proc_root, int32_t pid);
 std::optional<uint32_t> ProcessUid(const std::filesystem::path& proc_root, int32_t pid);
 // The user name of a uid ("" when it has none).
 std::string UserName(uint32_t uid);
-// Paths of open files named events.out.tfevents.* among the first max_fds fds of pid.
-std::vector<std::string> FindTfeventsFiles(const std::filesystem::path& proc_root, int32_t pid,
+struct OpenFileRef {
+  int fd = -1;       // the descriptor number in the process
+  std::string path;  // what /proc/<pid>/fd/<fd> reads: a path in the process's mount
+                     // namespace, for names and messages only, never to be opened
+};
+// Open files named events.out.tfevents.* among the first max_fds fds of pid (at most 64).
+std::vector<OpenFileRef> FindTfeventsFiles(const std::filesystem::path& proc_root, int32_t pid,
                                            size_t max_fds);
+// Opens the process's own open file `fd` through /proc/<pid>/fd/<fd> (the file the process
+// holds, whatever its path names now or in the agent's mount namespace), read-only, with
+// O_NONBLOCK|O_NOCTTY|O_CLOEXEC. Only a regular file is opened: the link is stat'ed first, so
+// a FIFO or device the process holds is never opened (no hang, no driver side effects), and
+// checked again after the open. Returns the new descriptor, owned by the caller.
+// kNotFound when the process or fd is gone, kInvalidArgument when not a regular file, kIo.
+Result<int> OpenProcessFile(const std::filesystem::path& proc_root, int32_t pid, int fd);
 
 }  // namespace ithbat::collect::joblog

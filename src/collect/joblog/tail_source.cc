@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <utility>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -62,7 +63,10 @@ TailCaptureSource::TailCaptureSource(TailSourceOptions options) : options_(std::
 TailCaptureSource::~TailCaptureSource() { Stop(); }
 
 void TailCaptureSource::Open(File& f, bool at_end) {
-  int fd = open(f.spec.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  // O_NOFOLLOW: the path is reopened after every rotation, and whoever can write the log
+  // directory could put a symlink there (to a FIFO, a device, a file the job may not read).
+  // O_NONBLOCK: a FIFO opens without waiting for a writer, then is refused as not regular.
+  int fd = open(f.spec.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
   if (fd < 0) return;  // not there (yet): tried again next Drain
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -115,6 +119,7 @@ size_t TailCaptureSource::Drain(std::vector<CaptureRecord>& out, size_t max_reco
     if (stat(f.spec.path.c_str(), &by_path) == 0 && (by_path.st_ino != f.ino || by_path.st_dev != f.dev)) {
       Close(f);
       ++reopens_;
+      f.gap_pending = true;  // the old file's unterminated last line must not join the new one's
       Open(f, false);
       if (f.fd < 0) continue;
     }
@@ -122,6 +127,7 @@ size_t TailCaptureSource::Drain(std::vector<CaptureRecord>& out, size_t max_reco
     if (fstat(f.fd, &st) == 0 && static_cast<uint64_t>(st.st_size) < f.offset) {
       f.offset = 0;
       ++reopens_;
+      f.gap_pending = true;
     }
     size_t budget = options_.max_bytes_per_drain;
     const TimeNs now = NowNs();
@@ -139,6 +145,7 @@ size_t TailCaptureSource::Drain(std::vector<CaptureRecord>& out, size_t max_reco
       r.time = now;
       r.total_len = static_cast<uint64_t>(got);
       r.data.assign(buf.data(), static_cast<size_t>(got));
+      r.gap_before = std::exchange(f.gap_pending, false);
       f.offset += static_cast<uint64_t>(got);
       budget -= static_cast<size_t>(got);
       counters_.records++;

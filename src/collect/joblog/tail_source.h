@@ -61,6 +61,7 @@ class TailCaptureSource final : public CaptureSource {
     dev_t dev = 0;
     ino_t ino = 0;
     uint64_t offset = 0;
+    bool gap_pending = false;  // rotated/truncated: the next record has gap_before set
   };
   void Open(File& f, bool at_end);
   void Close(File& f);

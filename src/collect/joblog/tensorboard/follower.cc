@@ -91,9 +91,28 @@ RecordReader::Status RecordReader::Next(std::string_view& record) {
 // ---- FileFollower ----
 
 Result<FileFollower> FileFollower::Open(std::string path) {
+  // O_NOFOLLOW: a symlink is refused, not followed to whatever it names. O_NONBLOCK: a FIFO
+  // that slipped in opens without waiting for a writer (and is refused below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    const int err = errno;
+    return ErrnoError(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, path, err);
+  }
+  return FromFd(fd, std::move(path));
+}
+
+Result<FileFollower> FileFollower::FromFd(int fd, std::string name) {
   FileFollower f;
-  f.path_ = std::move(path);
-  if (auto st = f.Reopen(); !st) return std::unexpected(st.error());
+  f.path_ = std::move(name);
+  f.fd_ = fd;  // owned from here: closed by ~FileFollower on every return below
+  if (fd < 0) return MakeErrorF(ErrorCode::kInvalidArgument, "{}: no descriptor", f.path_);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return ErrnoError(ErrorCode::kIo, f.path_, errno);
+  if (!S_ISREG(st.st_mode)) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "{}: not a regular file; not followed", f.path_);
+  }
+  f.dev_ = st.st_dev;
+  f.ino_ = st.st_ino;
   return f;
 }
 
@@ -125,35 +144,11 @@ void FileFollower::Close() {
   fd_ = -1;
 }
 
-Status FileFollower::Reopen() {
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    return ErrnoError(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, path_, err);
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoError(ErrorCode::kIo, path_, err);
-  }
-  Close();
-  fd_ = fd;
-  dev_ = st.st_dev;
-  ino_ = st.st_ino;
-  offset_ = 0;
-  reader_ = RecordReader();
-  return Ok();
-}
-
 Result<size_t> FileFollower::Poll(std::vector<Scalar>& out, size_t max_bytes) {
-  // Replaced: the path names another file now. Start over on it. (A path that vanished is
-  // not a replacement: the writer may still append through its descriptor, as we read ours.)
+  // Only ever the inode opened first: a path is never looked up again, so a job cannot swap
+  // in another file (or a FIFO, a device) under it. A new file it opens is found by the
+  // caller's next scan of its fds.
   struct stat st {};
-  if (::stat(path_.c_str(), &st) == 0 && (st.st_dev != dev_ || st.st_ino != ino_)) {
-    if (auto r = Reopen(); !r) return std::unexpected(r.error());
-    ++restarts_;
-  }
   if (fd_ < 0) return MakeErrorF(ErrorCode::kIo, "{}: not open", path_);
   if (::fstat(fd_, &st) != 0) return ErrnoError(ErrorCode::kIo, path_, errno);
   if (static_cast<uint64_t>(st.st_size) < offset_) {  // truncated: the writer started over

@@ -93,17 +93,24 @@ class RecordReader {
 };
 
 // Follows one event file as a job appends to it. Each Poll reads what was appended since the
-// last (at most max_bytes), frames, verifies and decodes it. Handles the file being truncated
-// (size below the read offset) or replaced (the path now names another inode): it starts over
-// from offset 0 of the new contents and counts a restart. A corrupt length CRC stops the
-// following of this file (kCorrupt error from Poll, and broken() is true) until it is
-// truncated or replaced; a record whose data CRC fails or whose protobuf is malformed is
-// counted in corrupt_records and skipped. The file is opened read-only and never locked, so
-// the writer is not disturbed. Not thread-safe; movable.
+// last (at most max_bytes), frames, verifies and decodes it. It follows one inode, the one
+// opened: the path is never looked up again (a job controls its paths: it could swap in a
+// symlink, a FIFO or a device). A file truncated in place (size below the read offset) is read
+// again from offset 0 and counts a restart; a new file under the same name is a new follower
+// (the caller finds it). A corrupt length CRC stops the following of this file (kCorrupt error
+// from Poll, and broken() is true) until it is truncated; a record whose data CRC fails or
+// whose protobuf is malformed is counted in corrupt_records and skipped. The file is read-only
+// and never locked, so the writer is not disturbed. Not thread-safe; movable.
 class FileFollower {
  public:
-  // kNotFound / kIo when the file cannot be opened.
+  // Opens `path` itself (O_NOFOLLOW: a symlink is refused; O_NONBLOCK: a FIFO cannot hang it).
+  // kNotFound when it does not exist, kIo when it cannot be opened, kInvalidArgument when it is
+  // not a regular file.
   static Result<FileFollower> Open(std::string path);
+  // Follows an already-open descriptor, which it owns from here (closed on error too): the
+  // collector opens the job's own open file through /proc/<pid>/fd/<N>. `name` is for
+  // messages only. kInvalidArgument when fd is not a regular file, kIo when fstat fails.
+  static Result<FileFollower> FromFd(int fd, std::string name);
   FileFollower(FileFollower&& other) noexcept;
   FileFollower& operator=(FileFollower&& other) noexcept;
   FileFollower(const FileFollower&) = delete;
@@ -114,7 +121,7 @@ class FileFollower {
   // number of bytes read from the file (== max_bytes: more may be waiting, poll again). A file
   // whose path disappeared is still read through the open descriptor (the writer may hold it).
   // Errors: kCorrupt when the file cannot be framed any more (also on every later call until
-  // it is truncated or replaced); kIo when a read fails. Scalars decoded before the error in
+  // it is truncated); kIo when a read fails. Scalars decoded before the error in
   // the same call are still appended to `out`.
   Result<size_t> Poll(std::vector<Scalar>& out, size_t max_bytes = 4u << 20);
 
@@ -125,11 +132,12 @@ class FileFollower {
   uint64_t corrupt_records() const { return corrupt_records_; }  // data CRC or protobuf errors
   uint64_t oversize_records() const { return oversize_records_; }
   uint64_t bytes_read() const { return bytes_read_; }
-  uint64_t restarts() const { return restarts_; }  // truncations and replacements seen
+  uint64_t restarts() const { return restarts_; }  // truncations seen
+  dev_t dev() const { return dev_; }
+  ino_t ino() const { return ino_; }
 
  private:
   FileFollower() = default;
-  Status Reopen();
   void Close();
 
   std::string path_;
