@@ -14,6 +14,7 @@
 
 #include "collect/joblog/parsers/parser.h"
 #include "collect/joblog/text/line_assembler.h"
+#include "collect/joblog/text/redact.h"
 #include "core/event.h"
 
 namespace ithbat::cli {
@@ -81,7 +82,10 @@ std::optional<std::string> ParseStream(int fd, const std::string& name, StreamPa
     if (!l.progress) line_no++;
     events.clear();
     parser.Parse(LineView{l.text, l.progress, 1}, events);
-    for (const auto& e : events) {
+    for (auto& e : events) {
+      // The same redaction the agent applies before an event is stored (docs/joblog.md).
+      collect::joblog::RedactSecrets(e.text);
+      for (auto& [k, v] : e.attrs) collect::joblog::RedactSecrets(v);
       std::string text = EventJson(e, name, number, l.progress, parser.framework())
                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       text.push_back('\n');

@@ -167,5 +167,23 @@ TEST(ParseCommandTest, ABadPatternFileIsAUsageError) {
   EXPECT_THAT(o.err, HasSubstr("bad.json"));
 }
 
+
+TEST(ParseCommandTest, EventTextAndAttributesAreRedactedAsTheAgentStoresThem) {
+  testing::TempDir dir;
+  dir.WriteFile("err.log",
+                "RuntimeError: CUDA error: an illegal memory access was encountered password=hunter2 "
+                "HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345\n");
+  ParseCommandOptions options;
+  options.files = {(dir.path() / "err.log").string()};
+  Output o = RunParse(options);
+  ASSERT_EQ(o.rc, 0) << o.err;
+  ASSERT_FALSE(o.events.empty()) << "a CUDA error line gives an error event";
+  for (const auto& e : o.events) {
+    const std::string dumped = e.dump();
+    EXPECT_EQ(dumped.find("hunter2"), std::string::npos) << dumped;
+    EXPECT_EQ(dumped.find("hf_AbCdEf"), std::string::npos) << dumped;
+  }
+}
+
 }  // namespace
 }  // namespace ithbat::cli

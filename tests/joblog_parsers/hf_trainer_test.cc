@@ -272,5 +272,21 @@ TEST(HfTrainer, BoundedEventsPerLine) {
   EXPECT_TRUE(ParseOne(*p, huge).empty());
 }
 
+
+TEST(HfTrainerParser, OneLineNeverGivesMoreThanTheCapAcrossBarDictAndSave) {
+  // A progress bar glued to a dict with many numeric keys (TRL/GRPO dicts have dozens) and a
+  // save: the per-line cap counts them together.
+  std::string dict = "{";
+  for (int k = 0; k < 40; ++k) dict += "'metric_" + std::to_string(k) + "': " + std::to_string(k) + ".5, ";
+  dict += "'loss': 1.25, 'epoch': 0.5}";
+  const std::string line = " 45%|####      | 450/1000 [01:00<01:10,  7.50it/s]" + dict +
+                           " Saving model checkpoint to out/checkpoint-450";
+  auto parser = MakeHfTrainerParser();
+  std::vector<ParsedEvent> out;
+  parser->Parse(LineView{line}, out);
+  EXPECT_LE(out.size(), kMaxEventsPerLine);
+  EXPECT_FALSE(out.empty());
+}
+
 }  // namespace
 }  // namespace ithbat::collect::joblog

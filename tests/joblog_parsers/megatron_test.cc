@@ -158,10 +158,21 @@ TEST(Megatron, NanLossRankPrefixAndThroughput) {
                "[rank7]: iteration       42/     100 | elapsed time per iteration (ms): 1000.0 | "
                "throughput per GPU (TFLOP/s/GPU): 412.3 | learning rate: 1.0E-04 | lm loss: nan | "
                "tokens per gpu per second (tgs): 3456.7 | number of nan iterations:   1 |");
+  ParsedEvent nan_error;
+  nan_error.kind = EventKind::kError;
+  nan_error.name = std::string(kErrorNanLoss);
+  nan_error.step = 42;
+  nan_error.rank = 7;
+  nan_error.attrs = {{"nan_iterations", "1"}};
+  nan_error.text =
+      "[rank7]: iteration       42/     100 | elapsed time per iteration (ms): 1000.0 | "
+      "throughput per GPU (TFLOP/s/GPU): 412.3 | learning rate: 1.0E-04 | lm loss: nan | "
+      "tokens per gpu per second (tgs): 3456.7 | number of nan iterations:   1 |";
   EXPECT_EQ(ev, (std::vector<ParsedEvent>{
                     Step(42, 1.0, {{"total_steps", "100"}}, 7), Metric("tflops", 412.3, 42, 7),
                     Metric("lr", 1.0E-04, 42, 7), Loss(kNaN, 42, {}, 7),
-                    Metric("tokens_per_second_per_gpu", 3456.7, 42, 7), Metric("nan_iterations", 1, 42, 7)}));
+                    Metric("tokens_per_second_per_gpu", 3456.7, 42, 7), Metric("nan_iterations", 1, 42, 7),
+                    nan_error}));
 }
 
 TEST(Megatron, ValidationLine) {
@@ -199,6 +210,27 @@ TEST(Megatron, ForeignAndBrokenLines) {
   // Trailing spaces and a huge value.
   const auto big = ParseOne(*p, " iteration 6/ 10 | lm loss: 1.0E+300 |   ");
   EXPECT_EQ(big[1], Loss(1.0E+300, 6));
+}
+
+
+TEST(MegatronParser, NanIterationsAboveZeroAreTheNanLossOfThisFormat) {
+  auto parser = MakeMegatronParser();
+  std::vector<ParsedEvent> out;
+  ASSERT_TRUE(parser->Parse(LineView{" iteration      300/  500000 | consumed samples:          300 | elapsed time per "
+                                     "iteration (ms): 900.0 | learning rate: 1.0E-04 | global batch size:     1 | "
+                                     "loss scale: 1.0 | grad norm: nan | number of skipped iterations:   0 | number "
+                                     "of nan iterations:   3 |"},
+                            out));
+  const ParsedEvent* e = Find(out, EventKind::kError, std::string(kErrorNanLoss));
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->step, 300);
+  EXPECT_EQ(e->attrs, (std::vector<std::pair<std::string, std::string>>{{"nan_iterations", "3"}}));
+  EXPECT_EQ(Find(out, EventKind::kLoss), nullptr) << "lm loss is absent, as Megatron prints it";
+  out.clear();
+  ASSERT_TRUE(parser->Parse(LineView{" iteration      301/  500000 | lm loss: 2.0E+00 | number of skipped iterations:   0 | "
+                                     "number of nan iterations:   0 |"},
+                            out));
+  EXPECT_EQ(Find(out, EventKind::kError, std::string(kErrorNanLoss)), nullptr);
 }
 
 }  // namespace

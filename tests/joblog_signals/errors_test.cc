@@ -502,5 +502,20 @@ TEST(ErrorParserTest, LongLinesAreCutInText) {
   EXPECT_LE(out[0].text.size(), kMaxEventTextBytes);
 }
 
+
+TEST(ErrorParserTest, NanLossWithASpaceAsSeparatorOnlyBeforeACommaOrTheEnd) {
+  auto p = MakeErrorParser();
+  std::vector<ParsedEvent> out;
+  p->Parse(LineView{"iter 11: loss nan, time 100.00ms, mfu 30.00%"}, out);
+  ASSERT_EQ(Class(out, kErrorNanLoss).size(), 1u) << "nanoGPT prints the loss after one space";
+  out.clear();
+  p->Parse(LineView{"iter 12: loss inf"}, out);
+  EXPECT_EQ(Class(out, kErrorNanLoss).size(), 1u);
+  out.clear();
+  p->Parse(LineView{"we saw loss nan issues with fp16 before"}, out);
+  p->Parse(LineView{"iter 13: loss 4.2000, time 100.00ms"}, out);
+  EXPECT_TRUE(Class(out, kErrorNanLoss).empty()) << "prose and finite losses are not NaN losses";
+}
+
 }  // namespace
 }  // namespace ithbat::collect::joblog

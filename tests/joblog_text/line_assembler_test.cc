@@ -186,5 +186,18 @@ TEST(LineAssemblerTest, FlushEmitsThePartialLineOnce) {
   EXPECT_THAT(Texts(out), ElementsAre("no newline at exit", "x", "1mred"));
 }
 
+
+TEST(LineAssemblerTest, ACutNeverKeepsHalfAToken) {
+  // The bound falls inside a token: the kept line ends before it, so redaction (which needs
+  // the whole token) never sees a recognisable-but-cut secret. The dropped bytes are counted.
+  LineAssembler a(24);
+  std::vector<AssembledLine> out;
+  a.Feed("using token hf_AbCdEfGhIjKlMnOpQrStUv now\n", 1, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].text, "using token ");
+  EXPECT_TRUE(out[0].truncated);
+  EXPECT_EQ(a.dropped_bytes(), std::string("hf_AbCdEfGhIjKlMnOpQrStUv now").size());
+}
+
 }  // namespace
 }  // namespace ithbat::collect::joblog

@@ -124,5 +124,55 @@ TEST(RedactTest, LongLineWithManySecrets) {
   EXPECT_TRUE(line == want);
 }
 
+TEST(RedactTest, ArgvListsAsPythonPrintsThem) {
+  EXPECT_EQ(Redacted("Command '['python', 'train.py', '--password', 'hunter2', '--lr', '1e-4']' returned 1"),
+            "Command '['python', 'train.py', '--password', '[REDACTED]', '--lr', '1e-4']' returned 1");
+  EXPECT_EQ(Redacted("args: [\"--wandb_api_key\", \"0123456789abcdef\"]"),
+            "args: [\"--wandb_api_key\", \"[REDACTED]\"]");
+  // A secret flag followed by another flag had no value.
+  EXPECT_EQ(Redacted("['--token', '--lr', '1e-4']"), "['--token', '--lr', '1e-4']");
+}
+
+TEST(RedactTest, KeysLongerThanTheWindowAreDecidedByTheirLastWords) {
+  EXPECT_EQ(Redacted("model.data.train_ds.storage_options.client_kwargs.aws_secret_access_key=wJalrXUtnFEMI/K7MDENG"),
+            "model.data.train_ds.storage_options.client_kwargs.aws_secret_access_key=[REDACTED]");
+  EXPECT_EQ(Redacted("model.data.train_ds.storage_options.client_kwargs.some_long_group.max_tokens=4096"),
+            "model.data.train_ds.storage_options.client_kwargs.some_long_group.max_tokens=4096");
+}
+
+TEST(RedactTest, SignaturesOfPresignedUrls) {
+  EXPECT_EQ(Redacted("GET https://acct.blob.core.windows.net/c/x?sv=2022&sig=AbCdEf123%3D&se=1"),
+            "GET https://acct.blob.core.windows.net/c/x?sv=2022&sig=[REDACTED]&se=1");
+  EXPECT_EQ(Redacted("url ...&X-Amz-Signature=0123456789abcdef0123 done"), "url ...&X-Amz-Signature=[REDACTED] done");
+}
+
+TEST(RedactTest, ManyJwtStartsInOneRunAreScannedOnce) {
+  // "-eyJ" repeated: every occurrence is a word start; the result must still be correct (and
+  // the scan linear, which the fuzzer's timeout would catch; no timing here).
+  std::string line;
+  for (int i = 0; i < 4000; ++i) line += "-eyJ";
+  std::string copy = line;
+  EXPECT_EQ(RedactSecrets(copy), 0u);
+  EXPECT_EQ(copy, line);
+  std::string jwt = line + " eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N";
+  EXPECT_EQ(RedactSecrets(jwt), 1u);
+  EXPECT_EQ(jwt, line + " [REDACTED]");
+}
+
+TEST(RedactTest, SecretSafeCutNeverKeepsHalfAToken) {
+  const std::string line = "error while using hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345 to download";
+  const size_t in_token = line.find("hf_") + 8;
+  const size_t cut = SecretSafeCut(line, in_token);
+  EXPECT_EQ(cut, line.find("hf_")) << "the cut backs off to before the token";
+  EXPECT_EQ(SecretSafeCut(line, line.size()), line.size());
+  EXPECT_EQ(SecretSafeCut(line, 5), 5u) << "between words: cut where asked";
+  // A run longer than 64 bytes keeps its first part: long enough for every token rule.
+  const std::string long_run = "x " + std::string(100, 'a');
+  EXPECT_EQ(SecretSafeCut(long_run, 90), 90u);
+  // UTF-8: never inside a sequence.
+  const std::string utf8 = "loss \xc3\xa9t\xc3\xa9";
+  EXPECT_EQ(SecretSafeCut(utf8, 6), 5u);
+}
+
 }  // namespace
 }  // namespace ithbat::collect::joblog

@@ -468,12 +468,23 @@ class ErrorParser final : public FormatParser {
         continue;
       std::string_view v = t.substr(end);
       if (!v.empty() && (v[0] == '\'' || v[0] == '"')) v.remove_prefix(1);
+      // nanoGPT separates with one space ("iter 11: loss nan, time ..."): accepted only when the
+      // value is followed by ',' or the end of the line, so prose ("loss nan issues") is not.
+      const bool space_only = !v.empty() && v[0] == ' ' && v.size() > 1 && v[1] != ' ' && v[1] != ':' && v[1] != '=';
       v = SkipSpaces(v);
-      if (v.empty() || (v[0] != ':' && v[0] != '=')) continue;
-      v = SkipSpaces(v.substr(1));
+      if (v.empty()) continue;
+      if (v[0] == ':' || v[0] == '=') {
+        v = SkipSpaces(v.substr(1));
+      } else if (!space_only) {
+        continue;
+      }
       if (!v.empty() && (v[0] == '\'' || v[0] == '"')) v.remove_prefix(1);
       std::string_view tok = signals::NumberToken(v);
       if (tok.empty() || signals::IsDigit(tok[0]) || tok[0] == '.') continue;  // finite: no parse needed
+      if (space_only) {
+        const std::string_view after = v.substr(tok.size());
+        if (!after.empty() && after[0] != ',') continue;
+      }
       auto num = ParseNumber(tok);
       if (!num || std::isfinite(*num)) continue;
       ParsedEvent e = signals::ErrorEvent(kErrorNanLoss, t, signals::LinePrefixRank(t));

@@ -110,6 +110,7 @@ class HfTrainerParser final : public FormatParser {
   std::string_view name() const override { return "hf_trainer"; }
 
   bool Parse(const LineView& line, std::vector<ParsedEvent>& out) override {
+    line_base_ = out.size();  // the per-line event cap counts Bar, Dict and Save together
     const std::string_view text = line.text;
     const LineFacts& facts = scan::FactsOf(line);
     bool recognised = false;
@@ -181,7 +182,7 @@ class HfTrainerParser final : public FormatParser {
     dict_used_ = false;
     save_seen_ = false;
     if (bar.n <= 0) return;
-    scan::Emitter emit(out, rank);
+    scan::Emitter emit(out, rank, line_base_);
     if (ParsedEvent* e = emit.Add(EventKind::kStep, "", std::nan(""), bar.n)) {
       e->attrs.emplace_back("total_steps", std::to_string(bar.total));
     }
@@ -203,7 +204,7 @@ class HfTrainerParser final : public FormatParser {
     // a pipe Python buffers stdout, so dicts then arrive in bursts long after the bar moved on:
     // across fds the bar's count is used only while dicts keep alternating with bar moves.
     const bool same_fd = fd == bar_fd_;
-    scan::Emitter emit(out, rank);
+    scan::Emitter emit(out, rank, line_base_);
     if (summary) {
       // The run's summary: averages over the whole run, not one step's values.
       for (size_t i = 0; i < n; ++i) {
@@ -271,12 +272,13 @@ class HfTrainerParser final : public FormatParser {
     int64_t step = StepFromCheckpointPath(path);
     if (step < 0 && bar_step_ > 0 && !save_seen_ && (fd == bar_fd_ || timely_)) step = bar_step_;
     save_seen_ = true;
-    scan::Emitter emit(out, rank);
+    scan::Emitter emit(out, rank, line_base_);
     if (ParsedEvent* e = emit.Add(EventKind::kCheckpointBegin, "", std::nan(""), step)) {
       if (!path.empty()) e->attrs.emplace_back("path", std::string(path));
     }
   }
 
+  size_t line_base_ = 0;     // out.size() when the current line began
   int64_t train_total_ = -1;  // the training bar's total (from the bar or "Total optimization steps")
   int64_t bar_step_ = -1;     // the training bar's latest count
   bool dict_used_ = false;    // a train dict took bar_step_ already

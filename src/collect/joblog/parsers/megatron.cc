@@ -1,10 +1,12 @@
 // Megatron-LM, Megatron-DeepSpeed and Megatron-Core/Bridge: the " iteration N/ M | key: value |"
 // progress line, the checkpoint save start/end lines (old "at iteration" and new "from
 // iteration" wording), and the "validation loss at iteration N" line.
+#include <algorithm>
 #include <string>
 
 #include "collect/joblog/parsers/parser.h"
 #include "collect/joblog/parsers/scan.h"
+#include "collect/joblog/text/redact.h"
 
 namespace ithbat::collect::joblog {
 namespace {
@@ -88,6 +90,7 @@ class MegatronParser final : public FormatParser {
       e->attrs.emplace_back("total_steps", std::to_string(total));
     }
     bool have_lm_loss = false;
+    double nan_iterations = 0;
     scan::FieldSplitter fields(text.substr(pos));
     std::string_view field;
     while (fields.Next(field)) {
@@ -124,6 +127,7 @@ class MegatronParser final : public FormatParser {
         metric = "skipped_iterations";
       } else if (k == "number of nan iterations") {
         metric = "nan_iterations";
+        nan_iterations = v;
       } else if (k == "samples per second") {
         metric = "samples_per_second";
       } else if (k == "TFLOPs" || k == "throughput per GPU (TFLOP/s/GPU)" || k == "TFLOP/s/GPU" ||
@@ -140,6 +144,14 @@ class MegatronParser final : public FormatParser {
         continue;
       }
       if (metric != nullptr) emit.Add(EventKind::kTrainMetric, metric, v, iteration);
+    }
+    // Megatron never prints a NaN loss: `lm loss` disappears from the line and this
+    // per-interval counter goes above 0. That is the NaN-loss error of this format.
+    if (nan_iterations > 0) {
+      if (ParsedEvent* e = emit.Add(EventKind::kError, kErrorNanLoss, std::nan(""), iteration)) {
+        e->attrs.emplace_back("nan_iterations", std::to_string(static_cast<int64_t>(std::min(nan_iterations, 9.0e18))));
+        e->text = std::string(text.substr(0, SecretSafeCut(text, kMaxEventTextBytes)));
+      }
     }
     return true;
   }

@@ -9,6 +9,7 @@
 // allocates (except SnakeCase, which returns a short string on matched lines only) and is total:
 // malformed input gives "not found", never a crash.
 #include <array>
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -260,6 +261,10 @@ bool FindTqdmBar(std::string_view text, TqdmBar& bar);
 class Emitter {
  public:
   Emitter(std::vector<ParsedEvent>& out, int32_t rank) : out_(out), base_(out.size()), rank_(rank) {}
+  // A parser that emits from several helpers for one line passes the size `out` had when the
+  // line began, so the cap counts the whole line, not each helper's share.
+  Emitter(std::vector<ParsedEvent>& out, int32_t rank, size_t line_base)
+      : out_(out), base_(std::min(line_base, out.size())), rank_(rank) {}
   // Returns the appended event (for attrs), or nullptr when the per-line cap is reached.
   ParsedEvent* Add(EventKind kind, std::string_view name, double value, int64_t step);
   size_t count() const { return out_.size() - base_; }

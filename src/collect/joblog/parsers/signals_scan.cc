@@ -1,5 +1,7 @@
 #include "collect/joblog/parsers/signals_scan.h"
 
+#include "collect/joblog/text/redact.h"
+
 #include <charconv>
 #include <cmath>
 
@@ -148,10 +150,9 @@ std::string_view StripLauncherPrefixes(std::string_view line) {
 
 std::string CutText(std::string_view line, size_t max) {
   if (line.size() <= max) return std::string(line);
-  size_t cut = max;
-  // Back off over continuation bytes so the cut falls before a lead byte.
-  while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
-  return std::string(line.substr(0, cut));
+  // Never inside a UTF-8 sequence or a short token: the text is redacted after the cut, and a
+  // token cut short would no longer be recognised (redact.h, SecretSafeCut).
+  return std::string(line.substr(0, SecretSafeCut(line, max)));
 }
 
 std::string FormatNumber(double v) {

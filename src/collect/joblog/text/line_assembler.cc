@@ -1,6 +1,7 @@
 #include "collect/joblog/text/line_assembler.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <utility>
 
@@ -37,6 +38,19 @@ size_t TextRunEnd(const unsigned char* p, size_t i, size_t n) {
 LineAssembler::LineAssembler(size_t max_line_bytes) : max_line_bytes_(std::max<size_t>(max_line_bytes, 1)) {}
 
 void LineAssembler::Emit(TimeNs t, bool progress, std::vector<AssembledLine>& out) {
+  if (cutting_) {
+    // The line continues past the bound: if it ends inside a run of token characters shorter
+    // than 64 bytes, cut before the run, so redaction never sees half a token (a run of 64 or
+    // more is long enough for every token rule; a line that is one short run is kept whole).
+    auto token_char = [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; };
+    size_t run = 0;
+    while (run < pending_.size() && run < 64 && token_char(static_cast<unsigned char>(pending_[pending_.size() - 1 - run])))
+      ++run;
+    if (run > 0 && run < 64 && run < pending_.size()) {
+      dropped_bytes_ += run;
+      pending_.resize(pending_.size() - run);
+    }
+  }
   AssembledLine line;
   line.text = std::move(pending_);
   line.time = t;

@@ -171,7 +171,8 @@ KeyKind ClassifyKey(std::string_view key) {
       if (!single && InLower(last, {"pwd", "pass"})) return KeyKind::kSecret;
       return KeyKind::kNone;
     case 's':
-      return InLower(last, {"secret", "secretkey"}) ? KeyKind::kSecret : KeyKind::kNone;
+      // sig / signature: Azure SAS "sig=", S3 presigned "X-Amz-Signature=".
+      return InLower(last, {"secret", "secretkey", "sig", "signature"}) ? KeyKind::kSecret : KeyKind::kNone;
     case 't':
       if (!EqualsLower(last, "token")) return KeyKind::kNone;
       // Tokenizer vocabulary: "eos_token: </s>", "pad_token: <pad>", ... are not credentials.
@@ -211,7 +212,7 @@ class Scanner {
         case '-':
           if (StartsWith(s_, i, "-----BEGIN")) {
             next = PemBlock(i);
-          } else if ((i <= floor_ || IsSpace(p[i - 1])) && StartsWith(s_, i, "--")) {
+          } else if ((i <= floor_ || IsSpace(p[i - 1]) || IsQuote(p[i - 1])) && StartsWith(s_, i, "--")) {
             next = Flag(i + 2);
           } else {
             next = TokenFrom(i, 2, 's');  // sk-
@@ -260,7 +261,16 @@ class Scanner {
     for (int k = 0; k < 3 && e > floor_ && (IsQuote(s_[e - 1]) || s_[e - 1] == '\\'); ++k) --e;
     size_t b = e;
     while (b > floor_ && e - b < kMaxKeyBytes && IsKeyChar(s_[b - 1])) --b;
-    if (b == e || (b > floor_ && IsKeyChar(s_[b - 1]))) return 0;  // no key, or longer than any key we know
+    if (b == e) return 0;
+    if (b > floor_ && IsKeyChar(s_[b - 1])) {
+      // Longer than kMaxKeyBytes (a Hydra override such as
+      // model.data.storage_options.client_kwargs.aws_secret_access_key=...): the last words
+      // decide, so keep the key from its first word boundary within the window.
+      while (b < e && s_[b] != '.' && s_[b] != '_' && s_[b] != '-') ++b;
+      if (b >= e) return 0;
+      ++b;
+      if (b >= e) return 0;
+    }
     const KeyKind kind = ClassifyKey(s_.substr(b, e - b));
     if (kind == KeyKind::kNone) return 0;
     return Value(sep + 1, kind);
@@ -355,11 +365,19 @@ class Scanner {
     const size_t n = s_.size();
     size_t e = k;
     while (e < n && e - k < kMaxKeyBytes && IsKeyChar(s_[e])) ++e;
-    if (e == k || e >= n || s_[e] != ' ') return 0;
+    if (e == k || e >= n) return 0;
+    size_t v = e + 1;
+    if (IsQuote(s_[e])) {
+      // An argv list as Python prints it: '--password', 'hunter2' (or "--api_key", "...").
+      if (v < n && s_[v] == ',') ++v;
+      while (v < n && IsSpace(s_[v])) ++v;
+      if (v >= n || !IsQuote(s_[v])) return 0;
+    } else if (s_[e] != ' ') {
+      return 0;
+    }
     const KeyKind kind = ClassifyKey(s_.substr(k, e - k));
     if (kind == KeyKind::kNone) return 0;
-    size_t v = e + 1;
-    if (v >= n || s_[v] == '-') return e;  // next flag: the secret flag had no value
+    if (v >= n || s_[v] == '-' || (IsQuote(s_[v]) && v + 1 < n && s_[v + 1] == '-')) return e;  // next flag: no value
     return Value(v, kind);
   }
 
@@ -473,8 +491,12 @@ class Scanner {
   // header.payload.signature, both JSON parts base64url of '{"' → "eyJ".
   size_t Jwt(size_t i) {
     if (!StartsWith(s_, i, "eyJ")) return 0;
+    // Every "eyJ" inside a base64url run already tried ends at the same place and fails the
+    // same way: skipping them keeps a line of "-eyJ-eyJ..." linear, not quadratic.
+    if (i < jwt_tried_until_) return 0;
     auto b64url = [](char c) { return IsAlnum(c) || c == '-' || c == '_'; };
     size_t e = RunEnd(i, b64url, 8192);
+    jwt_tried_until_ = e;
     if (e - i < 10 || e >= s_.size() || s_[e] != '.') return 0;
     if (!StartsWith(s_, e + 1, "eyJ")) return 0;
     const size_t p = e + 1;
@@ -491,9 +513,21 @@ class Scanner {
   // differently the second time, and redaction must be idempotent (a word touching a secret
   // counts as starting after it, as it will in the output).
   size_t floor_ = 0;
+  size_t jwt_tried_until_ = 0;  // the end of the base64url run the last JWT attempt scanned
 };
 
 }  // namespace
+
+size_t SecretSafeCut(std::string_view text, size_t max) {
+  if (text.size() <= max) return text.size();
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  auto token_char = [](char c) { return IsAlnum(c) || c == '_' || c == '-'; };
+  if (cut == 0 || !token_char(text[cut]) || !token_char(text[cut - 1])) return cut;
+  size_t b = cut;
+  while (b > 0 && cut - b < 64 && token_char(text[b - 1])) --b;
+  return cut - b < 64 ? b : cut;
+}
 
 size_t RedactSecrets(std::string& line) {
   Scanner scanner(line);

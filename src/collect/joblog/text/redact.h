@@ -19,4 +19,11 @@ inline constexpr std::string_view kRedacted = "[REDACTED]";
 // Redacts `line` in place; returns how many secrets were replaced.
 size_t RedactSecrets(std::string& line);
 
+// Where to cut `text` to at most `max` bytes so that redaction still works on what is kept:
+// never inside a UTF-8 sequence, and never inside a run of token characters [A-Za-z0-9_-]
+// shorter than 64 bytes (a token cut short, "hf_abc" of "hf_abcdef...", would no longer be
+// recognised and would leak in part). A run of 64 bytes or more before the cut is kept: it is
+// longer than the minimum body of every token rule, so the kept part is still recognised.
+size_t SecretSafeCut(std::string_view text, size_t max);
+
 }  // namespace ithbat::collect::joblog
