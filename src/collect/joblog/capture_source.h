@@ -59,6 +59,18 @@ struct CaptureCounters {
   uint64_t truncated_bytes = 0;
   uint64_t read_errors = 0;  // user memory not readable at capture time
   uint64_t track_full = 0;   // children not tracked: the kernel map was full
+
+  CaptureCounters& operator+=(const CaptureCounters& o) {
+    records += o.records;
+    bytes += o.bytes;
+    lost_records += o.lost_records;
+    lost_bytes += o.lost_bytes;
+    truncated_writes += o.truncated_writes;
+    truncated_bytes += o.truncated_bytes;
+    read_errors += o.read_errors;
+    track_full += o.track_full;
+    return *this;
+  }
 };
 
 // A stream a source names itself (a followed file): who its lines belong to.

@@ -198,17 +198,7 @@ std::string JobLogCollector::attachment() const {
 
 CaptureCounters JobLogCollector::counters() const {
   CaptureCounters sum;
-  for (const auto& s : sources_) {
-    CaptureCounters c = s->Counters();
-    sum.records += c.records;
-    sum.bytes += c.bytes;
-    sum.lost_records += c.lost_records;
-    sum.lost_bytes += c.lost_bytes;
-    sum.truncated_writes += c.truncated_writes;
-    sum.truncated_bytes += c.truncated_bytes;
-    sum.read_errors += c.read_errors;
-    sum.track_full += c.track_full;
-  }
+  for (const auto& s : sources_) sum += s->Counters();
   return sum;
 }
 
