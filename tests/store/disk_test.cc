@@ -708,16 +708,22 @@ TEST(DiskStoreCrashTest, KillNineLeavesAConsistentPrefix) {
 // ---- size on disk (manual) ------------------------------------------------------------------
 
 // Bytes per sample on the synthetic 8-GPU node of shared/bench/gen-gpu-node.py, written as the
-// agent writes it: one segment per 10 s of data, then compaction. Not a pass/fail test (and
-// slow: the generator prints 430 MB); run it by hand, docs/storage.md quotes its output:
-//   store_test --gtest_also_run_disabled_tests --gtest_filter='DiskStoreSizeTest.*'
+// agent writes it: one segment per 10 s of data, then compaction. CI runs ITHBAT_SIZE_SECONDS
+// (default 120) of data and holds the sizes to a loose bound; docs/storage.md quotes the full
+// hour (the generator then prints 430 MB):
+//   ITHBAT_SIZE_SECONDS=3600 store_test --gtest_filter='DiskStoreSizeTest.*'
 // ITHBAT_SHARED_DIR points at the shared/ checkout when it is not next to the source tree.
-TEST(DiskStoreSizeTest, DISABLED_BytesPerSampleOnSyntheticGpuNode) {
+constexpr double kMaxFlushedBytesPerSample = 2.0;
+
+TEST(DiskStoreSizeTest, BytesPerSampleOnSyntheticGpuNode) {
   fs::path shared = SourceDir().parent_path() / "shared";
   if (const char* env = std::getenv("ITHBAT_SHARED_DIR"); env && *env) shared = env;
   fs::path gen = shared / "bench" / "gen-gpu-node.py";
-  if (!fs::exists(gen)) GTEST_SKIP() << gen << " not found";
-  std::string cmd = "python3 " + gen.string() + " --seconds 3600 --seed 1";
+  ASSERT_TRUE(fs::exists(gen)) << gen << " not found: check out shared/ next to the project or set ITHBAT_SHARED_DIR";
+  int seconds = 120;
+  if (const char* env = std::getenv("ITHBAT_SIZE_SECONDS"); env && *env) seconds = std::atoi(env);
+  ASSERT_GT(seconds, 0);
+  std::string cmd = "python3 " + gen.string() + " --seconds " + std::to_string(seconds) + " --seed 1";
   FILE* pipe = popen(cmd.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
 
@@ -821,6 +827,10 @@ TEST(DiskStoreSizeTest, DISABLED_BytesPerSampleOnSyntheticGpuNode) {
       static_cast<double>(flushed) / total, ds->Stats().segments - 1, static_cast<unsigned long>(compacted),
       static_cast<double>(compacted) / total, static_cast<unsigned long>(series_log),
       static_cast<double>(series_log) / total);
+  // Loose bounds (a full hour measures 0.536 compacted bytes/sample, docs/storage.md; a short
+  // run compresses less): a codec regression that doubles the size fails here.
+  EXPECT_LT(static_cast<double>(flushed) / total, kMaxFlushedBytesPerSample);
+  EXPECT_LT(static_cast<double>(compacted) / total, kMaxFlushedBytesPerSample);
 }
 
 }  // namespace
