@@ -31,6 +31,10 @@
 // ring_dropped compared with what was made (a host where a probed call costs more than 1/kRate
 // cannot keep the pace; the check then says what rate it reached).
 //
+// With --budget[=SECONDS] only the overhead-budget section runs instead (see BudgetBench): the
+// max unprobed rate, the cost of one toggle, and the job's slowdown with the agent's duty cycle at
+// paced 40k, 200k and 1M launches/s against no agent, same run.
+//
 // Each batch is timed by the wall clock (manual time: what the caller waits) and by the thread's
 // CPU clock (the trap and the BPF program run in the caller's context; waiting for a CPU on a
 // loaded host does not count); the summary prints both. Exit status 1 when a count differs.
@@ -41,20 +45,28 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstring>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 #include <bpf/libbpf.h>
 
+#include "agent/tracked_processes.h"
 #include "collect/probes/elf_reader.h"
 #include "collect/probes/probe_bpf.h"
+#include "collect/probes/probe_table.h"
+#include "collect/probes/probes_collector.h"
+#include "core/sink.h"
 #include "collect/probes/proc_maps.h"
 #include "collect/probes/target_resolver.h"
 #include "empty_uprobe.skel.h"
@@ -353,9 +365,320 @@ int RateCheck() {
   return ok ? 0 : 1;
 }
 
+
+// ---- The overhead budget (--budget): the job's slowdown with the agent's duty cycle.
+//
+// The job is this process's main thread calling cuLaunchKernel of the fake paced at a rate R
+// (1 ms slots, see Paced). What the probes add is CPU time of the launching thread (the trap
+// runs on the caller), so the slowdown is
+//   added fraction = (thread CPU in launches with the agent - launches x CPU per launch
+//                     without) / wall time
+// i.e. the share of the launching thread's time the agent took. "Agent" = a ProbesCollector in
+// this process (budget 1%, cost self-calibrated at Start, ticking every second on its own
+// thread) tracking this very process, so attach and detach take this process's mmap lock as
+// they would the job's. Steady state: from the tick that entered `sampled`, over whole periods.
+
+struct Bucket {
+  uint64_t calls = 0;
+  uint64_t in_call_ns = 0;
+};
+constexpr int64_t kBucketNs = 100'000'000;  // 100 ms buckets of the job's in-call time
+// Launches made so far by Paced (read by the agent's ticker to compare the collector's
+// extrapolated count with the truth).
+std::atomic<uint64_t> g_made{0};
+
+struct PacedResult {
+  uint64_t made = 0;
+  uint64_t in_call_ns = 0;
+  uint64_t max_call_ns = 0;
+  uint64_t wall_ns = 0;
+  std::vector<Bucket> buckets;
+  uint64_t start_ns = 0;
+};
+
+// Launches paced at `rate` for `seconds` (or until *stop), in 1 ms slots: each slot's share of
+// launches back to back, then a sleep to the next slot (a late slot does not move the later
+// ones). Each slot is timed by the thread's CPU clock (what the launches and their traps cost
+// the thread; preemption by other load on a shared host does not count) and each call by the
+// wall clock (its longest: a stall).
+PacedResult Paced(double rate, double seconds, const std::atomic<bool>* stop = nullptr) {
+  PacedResult r;
+  constexpr uint64_t kSlotNs = 1'000'000;
+  const double per_slot = rate * 1e-3;
+  const uint64_t start = NowNs();
+  const uint64_t end = start + static_cast<uint64_t>(seconds * 1e9);
+  r.start_ns = start;
+  r.buckets.resize(static_cast<size_t>(seconds * 1e9 / kBucketNs) + 2);
+  uint64_t since_sync = 0;
+  double owed = 0;
+  for (uint64_t slot = 0;; ++slot) {
+    const uint64_t slot_start = start + slot * kSlotNs;
+    uint64_t now = NowNs();
+    if (now < slot_start) {
+      timespec ts{static_cast<time_t>((slot_start - now) / 1'000'000'000),
+                  static_cast<long>((slot_start - now) % 1'000'000'000)};
+      nanosleep(&ts, nullptr);
+      now = NowNs();
+    }
+    if (now >= end || (stop != nullptr && stop->load(std::memory_order_relaxed))) break;
+    owed += per_slot;
+    const uint64_t n = static_cast<uint64_t>(owed);
+    owed -= static_cast<double>(n);
+    const uint64_t c0 = ThreadCpuNs();
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t t0 = NowNs();
+      CUresult res = g_cuda.Launch();
+      r.max_call_ns = std::max(r.max_call_ns, NowNs() - t0);
+      benchmark::DoNotOptimize(res);
+      if (++since_sync == 4096) {  // the fake's queue is bounded; kernels cost 0 (Setup)
+        g_cuda.sync(g_cuda.stream);
+        since_sync = 0;
+      }
+    }
+    const uint64_t cpu = ThreadCpuNs() - c0;
+    r.in_call_ns += cpu;
+    r.made += n;
+    g_made.fetch_add(n, std::memory_order_relaxed);
+    Bucket& b = r.buckets[std::min<size_t>((now - start) / kBucketNs, r.buckets.size() - 1)];
+    b.calls += n;
+    b.in_call_ns += cpu;
+  }
+  r.wall_ns = NowNs() - start;
+  g_cuda.sync(g_cuda.stream);
+  return r;
+}
+
+// A sink that keeps nothing (the collector's series are not what is measured here).
+class NullSink : public ithbat::Sink {
+ public:
+  ithbat::Result<ithbat::SeriesRef> RegisterSeries(const ithbat::MetricDesc&, const ithbat::LabelSet&) override {
+    return next_++;
+  }
+  ithbat::Status Append(ithbat::SeriesRef, ithbat::TimeNs, double) override { return ithbat::Ok(); }
+  ithbat::Status AppendEvent(ithbat::Event) override { return ithbat::Ok(); }
+  ithbat::Status RecordStep(std::string_view, int32_t, ithbat::StepSpan) override { return ithbat::Ok(); }
+
+ private:
+  ithbat::SeriesRef next_ = 1;
+};
+
+int BudgetBench(double max_seconds, const std::vector<double>& rates) {
+  using ithbat::collect::probes::ProbesCollector;
+  using ithbat::collect::probes::ProbesOptions;
+  // Max unprobed rate: launches back to back.
+  {
+    const uint64_t n = 400'000;
+    const uint64_t t0 = NowNs();
+    for (uint64_t i = 0; i < n; ++i) {
+      benchmark::DoNotOptimize(g_cuda.Launch());
+      if (i % 4096 == 4095) g_cuda.sync(g_cuda.stream);
+    }
+    const double s = static_cast<double>(NowNs() - t0) * 1e-9;
+    std::printf("max unprobed rate (one thread, back to back, the fake's cuLaunchKernel): %.0f launches/s\n",
+                static_cast<double>(n) / s);
+  }
+  // One toggle: attach + close of the launch probes' link on this process, while the job runs
+  // paced at 40k/s on the main thread; the job's longest call then vs in a window without.
+  {
+    std::vector<ithbat::collect::probes::Target> launch;
+    for (const auto& t : g_res.resolved.targets) {
+      const auto* spec = ithbat::collect::probes::FindProbe(t.probe);
+      if (spec != nullptr && (spec->flags & CUDA_PROBE_F_LAUNCH) != 0) launch.push_back(t);
+    }
+    const PacedResult quiet = Paced(40'000, 2.0);
+    std::atomic<bool> stop{false};
+    std::vector<double> attach_ms, close_ms;
+    std::thread toggler([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int i = 0; i < 8; ++i) {
+        const uint64_t a0 = NowNs();
+        auto a = g_bpf->Attach(getpid(), g_res.agent_path, launch);
+        const uint64_t a1 = NowNs();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        const uint64_t c0 = NowNs();
+        if (a) a->reset();
+        const uint64_t c1 = NowNs();
+        attach_ms.push_back(static_cast<double>(a1 - a0) / 1e6);
+        close_ms.push_back(static_cast<double>(c1 - c0) / 1e6);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      stop = true;
+    });
+    const PacedResult busy = Paced(40'000, 30.0, &stop);
+    toggler.join();
+    g_bpf->ForgetProcess(static_cast<uint32_t>(getpid()));
+    std::printf(
+        "one toggle (%zu launch targets, %s): attach %.2f ms (median of %zu), close %.1f ms (median; the RCU grace "
+        "period, on the agent's closer thread in the collector); the job's longest cuLaunchKernel call: %.1f us "
+        "with toggles vs %.1f us without (paced 40k/s)\n",
+        launch.size(), g_bpf->multi() ? "one uprobe_multi link" : "perf-event links", Median(attach_ms),
+        attach_ms.size(), Median(close_ms), static_cast<double>(busy.max_call_ns) / 1e3,
+        static_cast<double>(quiet.max_call_ns) / 1e3);
+  }
+  const double base_seconds = 4.0;
+  std::printf("\njob slowdown with the budget (1%%, aimed at 1%% x %.2f margin), paced on one thread; agent ticking "
+              "every 1 s:\n", ProbesOptions{}.margin);
+  std::printf("  %-8s %10s %12s %12s %10s %10s %8s %10s %12s %12s %12s\n", "rate/s", "reached/s", "cpu ns none",
+              "cpu ns agent", "on-frac", "period s", "toggles", "tick max", "added all", "added steady",
+              "vs own off");
+  int rc = 0;
+  for (const double rate : rates) {
+    // No agent before and after the agent run (the machine's load drifts): their mean.
+    const PacedResult none = Paced(rate, base_seconds);
+
+    ithbat::agent::TrackedProcesses tracked;
+    NullSink sink;
+    ProbesOptions o;
+    o.tracked = &tracked;
+    o.budget = 0.01;
+    auto c = ProbesCollector::Create(std::move(o));
+    if (!c || !(*c)->Init(sink) || !(*c)->Start() || !(*c)->Health().degraded.empty()) {
+      std::printf("  cannot start the collector\n");
+      return 1;
+    }
+    std::unique_ptr<ProbesCollector> col = std::move(*c);
+    ithbat::agent::TrackedProcesses::Process self;
+    self.pid = getpid();
+    self.identity.job = "bench";
+    self.source = "bench";
+    tracked.Publish("bench", {self});
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> sampled_at{0};
+    std::atomic<uint64_t> stopped_at{0};
+    std::atomic<uint64_t> entered_at{0};
+    std::atomic<uint64_t> detached_at{0};  // toggle 3: the end of the period's on-slice
+    std::atomic<uint64_t> tick_max_ns{0};
+    // The collector's cuLaunchKernel count (counted + extrapolated) and the launches made, at the
+    // ticks that open and close the measured period.
+    double rep_from = 0, rep_to = 0;
+    uint64_t made_from = 0, made_to = 0;
+    auto reported = [](const ProbesCollector::ProcessStatus& st) {
+      for (const auto& l : st.launch) {
+        if (l.api == "cuLaunchKernel") return l.reported;
+      }
+      return 0.0;
+    };
+    ProbesCollector::ProcessStatus last;
+    std::mutex last_mu;
+    std::thread ticker([&] {
+      uint64_t next = NowNs();
+      while (!stop) {
+        const uint64_t t0 = NowNs();
+        (void)col->Collect(static_cast<ithbat::TimeNs>(t0));
+        const uint64_t d = NowNs() - t0;
+        if (d > tick_max_ns) tick_max_ns = d;
+        auto ps = col->Processes();
+        if (!ps.empty()) {
+          std::lock_guard lock(last_mu);
+          last = ps[0];
+          // One whole period of the duty cycle: from the first re-attach (toggle 2: the entry
+          // detach is toggle 1) to the next (toggle 4); the off slice of a period is sized on
+          // that period's on-slice (ProbesCollector::FitOffSlice).
+          if (last.toggles >= 1 && entered_at == 0) entered_at = NowNs();
+          if (last.toggles >= 3 && detached_at == 0) detached_at = NowNs();
+          if (last.toggles >= 2 && sampled_at == 0) {
+            sampled_at = NowNs();
+            rep_from = reported(last);
+            made_from = g_made.load();
+          }
+          if (sampled_at != 0 && last.toggles >= 4) {
+            stopped_at = NowNs();
+            rep_to = reported(last);
+            made_to = g_made.load();
+            stop = true;
+          }
+        }
+        next += 1'000'000'000;
+        while (!stop && NowNs() < next) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+    const PacedResult agent = Paced(rate, max_seconds, &stop);
+    stop = true;
+    ticker.join();
+    col->Stop();
+    const PacedResult none_after = Paced(rate, base_seconds);
+    const double none_per_call = static_cast<double>(none.in_call_ns + none_after.in_call_ns) /
+                                 static_cast<double>(none.made + none_after.made);
+    const double agent_per_call = static_cast<double>(agent.in_call_ns) / static_cast<double>(agent.made);
+    const double added_all = (static_cast<double>(agent.in_call_ns) - none_per_call * static_cast<double>(agent.made)) /
+                             static_cast<double>(agent.wall_ns);
+    // Steady state over one whole period [toggle 2, toggle 4): vs the no-agent runs, and vs the
+    // period's own off slice (same run, agent running: only the traps differ), which leaves out
+    // the drift of the fake's own cost per launch between runs on a loaded VM.
+    double added_steady = -1, added_within = -1;
+    double period_s = 0;
+    if (sampled_at != 0 && stopped_at != 0 && detached_at != 0) {
+      auto sum = [&](uint64_t from_ns, uint64_t to_ns, uint64_t skip_ns) {
+        Bucket b;
+        for (uint64_t i = (from_ns - agent.start_ns + skip_ns) / kBucketNs;
+             i < (to_ns - agent.start_ns) / kBucketNs && i < agent.buckets.size(); ++i) {
+          b.calls += agent.buckets[i].calls;
+          b.in_call_ns += agent.buckets[i].in_call_ns;
+        }
+        return b;
+      };
+      const uint64_t period_ns = stopped_at - sampled_at;
+      period_s = static_cast<double>(period_ns) / 1e9;
+      const Bucket all = sum(sampled_at, stopped_at, 0);
+      added_steady = (static_cast<double>(all.in_call_ns) - none_per_call * static_cast<double>(all.calls)) /
+                     static_cast<double>(period_ns);
+      // The off slice's CPU per launch, its first 200 ms left out (the close in progress).
+      const Bucket off = sum(detached_at, stopped_at, 200'000'000);
+      if (off.calls > 0) {
+        const double off_per_call = static_cast<double>(off.in_call_ns) / static_cast<double>(off.calls);
+        added_within = (static_cast<double>(all.in_call_ns) - off_per_call * static_cast<double>(all.calls)) /
+                       static_cast<double>(period_ns);
+      }
+    }
+    std::printf("  %-8.0f %10.0f %12.1f %12.1f %10.4f %10.1f %8llu %8.1fms %11.2f%% %11.2f%% %11.2f%%\n", rate,
+                static_cast<double>(agent.made) / (static_cast<double>(agent.wall_ns) * 1e-9), none_per_call,
+                agent_per_call, last.on_fraction, period_s,
+                static_cast<unsigned long long>(last.toggles), static_cast<double>(tick_max_ns) / 1e6,
+                added_all * 100, added_steady * 100, added_within * 100);
+    std::printf("  (cost per hit self-calibrated at Start: %.0f ns; on-fraction achieved over the last period %.4f; "
+                "extrapolated launches over the period %.0f vs %llu made: %+.2f%%)\n",
+                col->hit_cost_ns(), last.on_fraction_achieved, rep_to - rep_from,
+                static_cast<unsigned long long>(made_to - made_from),
+                made_to > made_from ? ((rep_to - rep_from) / static_cast<double>(made_to - made_from) - 1) * 100 : 0.0);
+    if (entered_at == 0 || stopped_at == 0) rc = 1;
+  }
+  std::printf("  added all: over the whole agent run (includes the first 1 s window, always attached); added steady: "
+              "one whole period of the duty cycle (re-attach to re-attach) against the no-agent runs; vs own off: the same "
+              "period against its own off slice's CPU per launch\n");
+  return rc;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --budget[=SECONDS]: only the overhead-budget section (the agent run per rate stops after
+  // one whole period of the duty cycle, or at SECONDS, default 200). --budget-rates=R1,R2,...:
+  // the paced rates of that section (default 40000,200000,1000000).
+  double budget_seconds = 0;
+  std::vector<double> budget_rates = {40'000.0, 200'000.0, 1'000'000.0};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--budget-rates=", 15) == 0) {
+      budget_rates.clear();
+      for (const char* c = argv[i] + 15; *c != '\0';) {
+        char* end = nullptr;
+        const double r = std::strtod(c, &end);
+        if (end == c) break;
+        if (r > 0 && r <= 1e7 && budget_rates.size() < 16) budget_rates.push_back(r);
+        c = *end == ',' ? end + 1 : end;
+      }
+      if (budget_rates.empty()) budget_rates = {40'000.0};
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      --i;
+      continue;
+    }
+    if (std::strncmp(argv[i], "--budget", 8) == 0) {
+      budget_seconds = argv[i][8] == '=' ? std::atof(argv[i] + 9) : 200;
+      if (budget_seconds <= 0) budget_seconds = 200;
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      --i;
+    }
+  }
   benchmark::Initialize(&argc, argv);
   if (geteuid() != 0) {
     std::fprintf(stderr, "probes_bench needs root (uprobes, BPF)\n");
@@ -390,6 +713,12 @@ int main(int argc, char** argv) {
               g_res.agent_path.c_str(), g_res.resolved.targets.size(), g_res.resolved.procaddr_used ? "yes" : "no",
               static_cast<unsigned long long>(g_res.launch_offset));
 
+  if (budget_seconds > 0) {
+    if (!g_error.empty()) return 1;
+    const int rc = BudgetBench(budget_seconds, budget_rates);
+    if (g_empty != nullptr) empty_uprobe_bpf__destroy(g_empty);
+    return rc;
+  }
   const std::vector<std::pair<const char*, Phase>> phases = {{"unprobed", Phase::kUnprobed},
                                                              {"empty_uprobe", Phase::kEmpty},
                                                              {"empty_uprobe_push", Phase::kEmptyPush},

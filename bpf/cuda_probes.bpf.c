@@ -9,7 +9,25 @@
 // offsets resolved by user space (exported symbols and cuGetProcAddress results).
 //
 // What a hit costs: one trap plus a few hash updates. Launch probes are entry-only (one trap);
-// per-call records go to the ring buffer only for NCCL collectives and communicator init.
+// per-call records go to the ring buffer only for NCCL collectives, communicator init and the
+// returns of host-blocking syncs (CUDA_PROBE_F_SYNC_RECORD): the marks step inference reads.
+//
+// Communicator identity across processes: ncclCommInitRank(Config) receives the 128-byte
+// ncclUniqueId BY VALUE (x86-64: a struct over 16 bytes is copied to the stack, at [rsp+8] at
+// entry, and rank stays the 3rd integer argument; aarch64: passed by reference in x2, rank in
+// x3). Every rank of one communicator receives the same bytes; their hash is NCCL's own
+// commHash (nccl_comm_hash.h), so it names the communicator on every rank and in the profiler
+// plugin's records. Collectives carry it, with a flag saying whether their seq counts from the
+// init (equal across ranks) or only from attachment.
+//
+// Sequence numbers: collectives only. ncclSend/ncclRecv (CUDA_PROBE_F_NCCL_P2P) do not advance
+// the collective seq: point-to-point calls differ between ranks (pipeline stages, batched
+// isend/irecv), so counting them would shift every later collective's seq on some ranks only.
+// NCCL numbers collectives and p2p operations separately too. P2P records carry their own
+// per-communicator count, are flagged CUDA_REC_F_P2P and never CUDA_REC_F_SEQ_EXACT.
+// Not probed (not in the probe table): ncclCommInitAll (one process, a fresh id made inside),
+// ncclCommSplit / ncclCommInitRankScalable (the id is not an argument, or is behind a pointer to
+// several): their communicators have comm_id_hash 0 and an inexact seq.
 #include "vmlinux.h"
 
 #include <bpf/bpf_core_read.h>
@@ -17,6 +35,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "cuda_probes_abi.h"
+#include "nccl_comm_hash.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -50,6 +69,7 @@ struct entry_val {
   __u64 arg1;
   __u64 arg2;
   __u64 arg3;
+  __u64 id_hash;  // ncclCommInitRank*: hash of the ncclUniqueId argument (0 = unread)
 };
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -81,9 +101,13 @@ struct comm_key {
   __u64 comm;
 };
 struct comm_info {
-  __u64 seq;
+  __u64 seq;      // collectives since the init (exact) or since first seen
+  __u64 p2p_seq;  // ncclSend/ncclRecv calls, counted apart (never comparable across ranks)
   __s32 nranks;
   __s32 rank;
+  __u64 id_hash;  // 0: the init was not seen
+  __u32 exact;    // 1: created at the init's return, so seq counts from the init
+  __u32 pad;
 };
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -171,6 +195,34 @@ static __always_inline __u64 nccl_type_size(__s32 t) {
   }
 }
 
+// NCCL's commHash of the ncclUniqueId passed by value (bpf/nccl_comm_hash.h: getHash over its
+// 128 bytes): the value NCCL gives profiler plugins as the communicator id, so these records join
+// theirs. 0 when the id cannot be read ("not seen").
+static __always_inline __u64 unique_id_hash(struct pt_regs *ctx) {
+#if defined(__TARGET_ARCH_x86)
+  // SysV x86-64: a struct over 16 bytes is copied onto the stack (MEMORY class), at [rsp+8].
+  const void *id = (void *)(PT_REGS_SP(ctx) + 8);
+#elif defined(__TARGET_ARCH_arm64)
+  // AAPCS64: a composite over 16 bytes is passed by reference, the pointer in x2.
+  const void *id = (void *)PT_REGS_PARM3(ctx);
+#else
+  const void *id = 0;  // unknown convention: the read fails, the hash stays 0 ("not seen")
+#endif
+  unsigned char bytes[ITHBAT_NCCL_UNIQUE_ID_BYTES] = {};
+  if (bpf_probe_read_user(bytes, sizeof(bytes), id) != 0) return 0;
+  return ithbat_nccl_comm_hash(bytes);
+}
+
+// ncclCommInitRank*'s rank: the 3rd integer argument on x86-64 (the id went to the stack), the
+// 4th register on aarch64 (x2 holds the id's address).
+static __always_inline __u64 comm_init_rank_arg(struct pt_regs *ctx) {
+#if defined(__TARGET_ARCH_arm64)
+  return PT_REGS_PARM4(ctx);
+#else
+  return PT_REGS_PARM3(ctx);
+#endif
+}
+
 // Start time of the current thread: what tells a reused tid from the thread that had it.
 static __always_inline __u64 thread_start(void) {
   struct task_struct *task = (struct task_struct *)bpf_get_current_task();
@@ -189,23 +241,34 @@ static __always_inline __u64 nccl_collective(struct pt_regs *ctx, __u64 cookie, 
   __s32 dtype = (__s32)arg_n(ctx, CUDA_PROBE_COOKIE_ARG_DTYPE(cookie));
   __u64 comm = arg_n(ctx, CUDA_PROBE_COOKIE_ARG_COMM(cookie));
   __u64 bytes = count * nccl_type_size(dtype);
+  const int p2p = (flags & CUDA_PROBE_F_NCCL_P2P) != 0;
 
   struct comm_key ck = {.tgid = tgid, .comm = comm};
   struct comm_info *ci = bpf_map_lookup_elem(&comms, &ck);
   if (!ci) {
-    struct comm_info fresh = {.seq = 0, .nranks = -1, .rank = -1};
+    // First sight of a communicator whose init was not seen: seq counts from here (inexact).
+    struct comm_info fresh = {.seq = 0, .p2p_seq = 0, .nranks = -1, .rank = -1, .id_hash = 0, .exact = 0};
     bpf_map_update_elem(&comms, &ck, &fresh, BPF_NOEXIST);
     ci = bpf_map_lookup_elem(&comms, &ck);
   }
   __u64 seq = 0;
   __s32 nranks = -1, rank = -1;
+  __u64 id_hash = 0;
+  __u32 exact = 0;
   if (ci) {
     // Not atomic: NCCL forbids concurrent calls on one communicator, so one thread at a time
-    // bumps a given comm's sequence.
-    ci->seq += 1;
-    seq = ci->seq;
+    // bumps a given comm's sequence. P2P calls have their own count (see the top).
+    if (p2p) {
+      ci->p2p_seq += 1;
+      seq = ci->p2p_seq;
+    } else {
+      ci->seq += 1;
+      seq = ci->seq;
+    }
     nranks = ci->nranks;
     rank = ci->rank;
+    id_hash = ci->id_hash;
+    exact = ci->exact;
   } else {
     struct cuda_probe_global *g = global();
     if (g) __sync_fetch_and_add(&g->comms_full, 1);
@@ -234,6 +297,9 @@ static __always_inline __u64 nccl_collective(struct pt_regs *ctx, __u64 cookie, 
   r->rank = rank;
   r->pad = 0;
   r->duration_ns = 0;
+  r->comm_id_hash = id_hash;
+  r->rec_flags = p2p ? CUDA_REC_F_P2P : exact ? CUDA_REC_F_SEQ_EXACT : 0;
+  r->pad2 = 0;
   bpf_ringbuf_submit(r, 0);
   return bytes;
 }
@@ -307,8 +373,11 @@ int probe_enter(struct pt_regs *ctx) {
   }
   if (flags & CUDA_PROBE_F_TIMED) {
     struct cuda_entry_key ek = {.tgid = tgid, .tid = tid, .probe = probe};
-    struct entry_val ev = {
-        .time_ns = now, .arg1 = PT_REGS_PARM1(ctx), .arg2 = PT_REGS_PARM2(ctx), .arg3 = PT_REGS_PARM3(ctx)};
+    struct entry_val ev = {.time_ns = now,
+                           .arg1 = PT_REGS_PARM1(ctx),
+                           .arg2 = PT_REGS_PARM2(ctx),
+                           .arg3 = (flags & CUDA_PROBE_F_COMM_INIT) ? comm_init_rank_arg(ctx) : PT_REGS_PARM3(ctx),
+                           .id_hash = (flags & CUDA_PROBE_F_COMM_INIT) ? unique_id_hash(ctx) : 0};
     bpf_map_update_elem(&entries, &ek, &ev, BPF_ANY);
   }
   return 0;
@@ -337,15 +406,44 @@ int probe_exit(struct pt_regs *ctx) {
   __s32 nranks = (__s32)ev->arg2;
   __s32 rank = (__s32)ev->arg3;
   __u64 start = ev->time_ns;
+  __u64 id_hash = ev->id_hash;
+  __u32 arg_bytes = CUDA_PROBE_COOKIE_ARG_BYTES(cookie);
+  __u64 sync_bytes = arg_bytes == 1 ? ev->arg1 : arg_bytes == 2 ? ev->arg2 : arg_bytes == 3 ? ev->arg3 : 0;
   bpf_map_delete_elem(&entries, &ek);
   stat_add(tgid, probe, CUDA_SLOT_LATENCY, 1, d);
   stat_add(tgid, probe, CUDA_SLOT_HIST + log2_bucket(d), 1, d);
 
-  if ((flags & CUDA_PROBE_F_COMM_INIT) && PT_REGS_RC(ctx) == 0) {
+  if (flags & CUDA_PROBE_F_SYNC_RECORD) {
+    struct cuda_probe_record *r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
+    if (!r) {
+      struct cuda_probe_global *g = global();
+      if (g) __sync_fetch_and_add(&g->ring_dropped, 1);
+      return 0;
+    }
+    __builtin_memset(r, 0, sizeof(*r));
+    r->kind = CUDA_REC_SYNC;
+    r->tgid = tgid;
+    r->tid = tid;
+    r->probe = (__u16)probe;
+    r->time_ns = start;
+    r->bytes = sync_bytes;
+    r->dtype = -1;
+    r->nranks = -1;
+    r->rank = -1;
+    r->duration_ns = d;
+    bpf_ringbuf_submit(r, 0);
+    return 0;
+  }
+
+  // ncclSuccess, or ncclInProgress (7) from a non-blocking init (config.blocking = 0): *comm is
+  // set at return either way and no collective can precede the init on that communicator.
+  const __s32 rc = (__s32)PT_REGS_RC(ctx);
+  if ((flags & CUDA_PROBE_F_COMM_INIT) && (rc == 0 || rc == 7)) {
     __u64 comm = 0;
     if (bpf_probe_read_user(&comm, sizeof(comm), (void *)comm_ptr_addr) != 0 || comm == 0) return 0;
     struct comm_key ck = {.tgid = tgid, .comm = comm};
-    struct comm_info ci = {.seq = 0, .nranks = nranks, .rank = rank};
+    // Created (or reset) at the init: seq counts from here on every rank alike (exact).
+    struct comm_info ci = {.seq = 0, .p2p_seq = 0, .nranks = nranks, .rank = rank, .id_hash = id_hash, .exact = 1};
     bpf_map_update_elem(&comms, &ck, &ci, BPF_ANY);
     struct cuda_probe_record *r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
     if (!r) {
@@ -363,6 +461,8 @@ int probe_exit(struct pt_regs *ctx) {
     r->nranks = nranks;
     r->rank = rank;
     r->duration_ns = d;
+    r->comm_id_hash = id_hash;
+    r->rec_flags = CUDA_REC_F_SEQ_EXACT;
     bpf_ringbuf_submit(r, 0);
   }
   return 0;

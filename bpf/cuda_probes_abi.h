@@ -35,6 +35,15 @@ enum cuda_probe_flags {
   CUDA_PROBE_F_GROUP_END = 1 << 7,
   CUDA_PROBE_F_COMM_INIT = 1 << 8,    /* ncclCommInitRank*: comm**=arg1, nranks=arg2, rank=arg3 */
   CUDA_PROBE_F_COMM_DESTROY = 1 << 9, /* ncclCommDestroy/Abort: comm=arg1 */
+  /* With CUDA_PROBE_F_TIMED: a CUDA_REC_SYNC record per call at its return (host-blocking syncs
+   * and blocking device-to-host copies: they mark a training step's structure, e.g. loss.item()
+   * or the optimizer's sync). Rare calls, so per-call records cost little; the aggregate
+   * counters are kept as well. */
+  CUDA_PROBE_F_SYNC_RECORD = 1 << 10,
+  /* With CUDA_PROBE_F_NCCL_COLL: a point-to-point call (ncclSend/ncclRecv). It does not advance
+   * the communicator's collective seq (p2p calls differ between ranks); its record carries a
+   * separate p2p count and CUDA_REC_F_P2P, never CUDA_REC_F_SEQ_EXACT. */
+  CUDA_PROBE_F_NCCL_P2P = 1 << 11,
 };
 
 #define CUDA_PROBES_MAX_PROBES 128
@@ -108,6 +117,20 @@ struct cuda_thread_group {
 enum cuda_probe_record_kind {
   CUDA_REC_COLLECTIVE = 1,
   CUDA_REC_COMM_INIT = 2,
+  CUDA_REC_SYNC = 3, /* a CUDA_PROBE_F_SYNC_RECORD call returned: time_ns = entry, duration_ns,
+                        probe, tid; bytes = the byte argument (blocking copies), else 0 */
+};
+
+/* cuda_probe_record.rec_flags */
+enum cuda_probe_record_flags {
+  /* seq counts from the communicator's init (its ncclCommInitRank* return was seen): every rank
+   * numbers the same collective alike (NCCL requires all ranks to call collectives on a
+   * communicator in the same order; p2p calls are not counted in it). Without it seq counts
+   * from the first collective seen. */
+  CUDA_REC_F_SEQ_EXACT = 1 << 0,
+  /* A point-to-point call (ncclSend/ncclRecv): seq is this process's p2p count on the
+   * communicator, not comparable across ranks; never aligned across processes. */
+  CUDA_REC_F_P2P = 1 << 1,
 };
 
 struct cuda_probe_record {
@@ -118,14 +141,23 @@ struct cuda_probe_record {
   __u16 group_depth; /* NCCL group nesting depth of the thread at the call (0 = not in a group) */
   __u64 time_ns;     /* CLOCK_MONOTONIC at entry */
   __u64 comm;        /* ncclComm_t (an address in the process) */
-  __u64 seq;         /* per-communicator sequence number since the probes were attached (1-based) */
+  __u64 seq;         /* CUDA_REC_COLLECTIVE: per-communicator collective number (1-based), from the
+                        init with CUDA_REC_F_SEQ_EXACT, else from the first one seen; with
+                        CUDA_REC_F_P2P the communicator's p2p call count instead */
   __u64 count;       /* elements */
   __u64 bytes;       /* count * size(dtype) (* nranks where the op's message is the whole buffer) */
   __s32 dtype;
   __s32 nranks;      /* -1 when the communicator's init was not seen */
   __s32 rank;
   __s32 pad;
-  __u64 duration_ns; /* CUDA_REC_COMM_INIT: init call duration */
+  __u64 duration_ns; /* CUDA_REC_COMM_INIT: init call duration; CUDA_REC_SYNC: call duration */
+  /* Appended (older readers copy only the prefix they know). */
+  __u64 comm_id_hash; /* CUDA_REC_COLLECTIVE / CUDA_REC_COMM_INIT: NCCL's commHash of the
+                         ncclUniqueId given to ncclCommInitRank* (nccl_comm_hash.h): equal on
+                         every rank of one communicator, across processes, and equal to the
+                         commId NCCL gives profiler plugins; 0 = the init was not seen */
+  __u32 rec_flags;    /* CUDA_REC_F_* */
+  __u32 pad2;
 };
 
 #endif /* ITHBAT_BPF_CUDA_PROBES_ABI_H_ */

@@ -22,6 +22,9 @@ packages=(
   # slurm: a one-node cluster for tests/integration/slurm_identity.sh (process identity under a
   # real srun); the test writes its own slurm.conf and munge key and starts the daemons itself.
   slurm-wlm munge
+  # fuse3: sim/slowfs (ithbat-slowfs, the simulator's slow shared storage; the sched_io tests
+  # mount it, which needs /dev/fuse and root).
+  libfuse3-dev fuse3
 )
 
 missing=()

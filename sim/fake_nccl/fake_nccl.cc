@@ -17,6 +17,13 @@
 // The shared file holds, per rank, a ring of (seq, arrival time) stamps; writes are atomic
 // stores (stamp time, then seq with release), reads atomic loads, so processes never race.
 // The last rank to destroy its communicator removes the file; a crashed job leaves it behind.
+//
+// Profiler plugins (profiler_plugin.h): like NCCL, the first communicator init loads
+// NCCL_PROFILER_PLUGIN (a name -> libnccl-profiler-<name>.so, or a path; unset -> libnccl-profiler.so
+// if there is one; "none" -> no plugin), takes the newest of ncclProfiler_v6/_v5/_v4, calls its
+// init per communicator and sends Coll/P2p events at enqueue and KernelCh events whose pTimers are
+// the simulated stream's start and end of the work item (CLOCK_REALTIME ns, as the GPU global
+// timer). A rank that waits for a late peer thus shows a longer kernel, as on a GPU.
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -37,6 +44,10 @@
 #include <unistd.h>
 
 #include "fake_nccl/nccl_abi.h"
+#include "fake_nccl/profiler_plugin.h"
+// One definition with the BPF program (bpf/ is not on this target's include path).
+#include "nccl_comm_hash.h"
+static_assert(NCCL_UNIQUE_ID_BYTES == ITHBAT_NCCL_UNIQUE_ID_BYTES);
 
 namespace ithbat::sim::nccl {
 namespace {
@@ -168,6 +179,9 @@ struct ncclComm {
   uint64_t send_count[ithbat::sim::nccl::kMaxRanks] = {};  // sends issued to each peer
   uint64_t recv_count[ithbat::sim::nccl::kMaxRanks] = {};  // receives issued from each peer
   std::atomic<int> pending{0};                             // work items not yet completed
+  void* prof_ctx = nullptr;                                // the profiler plugin's context (nullptr: none)
+  uint64_t comm_hash = 0;                                  // what the plugin is told as commId
+  uint64_t prof_seq[ithbat::sim::nccl::kProfFuncs] = {};   // NCCL numbers collectives per function
 };
 // NOLINTEND(readability-identifier-naming)
 
@@ -179,6 +193,7 @@ struct Op {
   OpKind kind;
   int peer;
   uint64_t seq;
+  ProfOp prof;  // what the profiler plugin is told (func, count, type, root/peer)
 };
 
 // One fused work item: the ops of one call (or one group) on one communicator and stream.
@@ -203,6 +218,7 @@ Stamp* OwnStamp(ncclComm* c, const Op& op) {
 
 void OnReach(void* ctx, int64_t reach_ns) {
   auto* w = static_cast<Work*>(ctx);
+  for (Op& op : w->ops) ProfilerKernelStart(w->comm->prof_ctx, &op.prof, reach_ns);
   for (const Op& op : w->ops) {
     Stamp* st = OwnStamp(w->comm, op);
     Store(&st->ns, reach_ns);
@@ -245,8 +261,8 @@ int Poll(void* ctx, int64_t* ready_ns) {
 }
 
 void OnComplete(void* ctx, int64_t end_ns) {
-  (void)end_ns;
   auto* w = static_cast<Work*>(ctx);
+  for (Op& op : w->ops) ProfilerKernelStop(&op.prof, end_ns);
   w->comm->pending.fetch_sub(1, std::memory_order_acq_rel);
   delete w;
 }
@@ -272,6 +288,7 @@ ncclResult_t Submit(ncclComm* comm, cudaStream_t stream, std::vector<Op> ops, in
   const CudaLink& cuda = Cuda();
   if (cuda.enqueue == nullptr) return Fail(ncclUnhandledCudaError, "libcuda.so.1 is not the Ithbat fake");
   auto* w = new Work{comm, std::move(ops), duration_ns};
+  for (Op& op : w->ops) ProfilerEnqueue(comm->prof_ctx, comm->rank, &op.prof);
   IthbatFakeCudaExternalWork ext{};
   ext.size = sizeof(ext);
   ext.ctx = w;
@@ -294,11 +311,14 @@ ncclResult_t Submit(ncclComm* comm, cudaStream_t stream, std::vector<Op> ops, in
 bool ValidComm(ncclComm_t c) { return c != nullptr && c->magic == kCommMagic && !c->destroyed; }
 
 // Records one op: issued now, or at the outermost ncclGroupEnd when inside a group.
-ncclResult_t Issue(ncclComm_t comm, cudaStream_t stream, OpKind kind, int peer, double bus_bytes) {
+ncclResult_t Issue(ncclComm_t comm, cudaStream_t stream, OpKind kind, int peer, double bus_bytes,
+                   ProfOp prof = {}) {
   if (!ValidComm(comm)) return Fail(ncclInvalidArgument, "invalid communicator");
   if (kind != OpKind::kColl && (peer < 0 || peer >= comm->nranks))
     return Fail(ncclInvalidArgument, "invalid peer");
-  Op op{kind, peer, 0};
+  if (kind == OpKind::kColl && prof.func_index >= 0 && prof.func_index < kProfFuncs)
+    prof.seq_number = comm->prof_seq[prof.func_index]++;
+  Op op{kind, peer, 0, prof};
   switch (kind) {
     case OpKind::kColl:
       op.seq = comm->coll_seq++;
@@ -396,6 +416,14 @@ int CurrentDevice() {
   return 0;
 }
 
+// After bootstrap, as NCCL does: the profiler plugin's init for this communicator.
+void ProfilerInitComm(ncclComm* c, const ncclUniqueId& id, const char* name) {
+  // NCCL's own commHash (getHash over the id's 128 bytes): the eBPF probes compute the same
+  // from the id argument of ncclCommInitRank, so their records join the plugin's.
+  c->comm_hash = ithbat_nccl_comm_hash(reinterpret_cast<const unsigned char*>(id.internal));
+  c->prof_ctx = ProfilerInitContext(c->comm_hash, name, c->nranks, c->rank);
+}
+
 ncclResult_t InitRank(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank, const char* name) {
   ncclResult_t r = Join(comm, nranks, id, rank, CurrentDevice(), name);
   if (r != ncclSuccess) return r;
@@ -404,7 +432,9 @@ ncclResult_t InitRank(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int 
     // Leave the slot taken: the job is broken anyway, and a retry needs a new id.
     (*comm)->destroyed = true;
     *comm = nullptr;
+    return r;
   }
+  ProfilerInitComm(*comm, id, name);
   return r;
 }
 
@@ -414,6 +444,8 @@ ncclResult_t Release(ncclComm_t c, bool abort) {
   if (abort) Store(&c->shm->aborted, 1u);
   // The items on the streams still use the mapping: wait for them (abort makes them finish).
   while (c->pending.load(std::memory_order_acquire) > 0) SleepNs(200'000);
+  ProfilerFinalize(c->prof_ctx);
+  c->prof_ctx = nullptr;
   c->destroyed = true;
   Store(&c->shm->ranks[c->rank].destroyed, 1u);
   if (__atomic_sub_fetch(&c->shm->refs, 1u, __ATOMIC_ACQ_REL) == 0) unlink(c->path.c_str());
@@ -498,6 +530,7 @@ ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
       return r;
     }
   }
+  for (int i = 0; i < ndev; ++i) ProfilerInitComm(comms[i], id, nullptr);
   return ncclSuccess;  // every rank joined from this process: nothing to wait for
 }
 
@@ -548,7 +581,8 @@ ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, 
   if (op < 0) return Fail(ncclInvalidArgument, "invalid reduction op");
   const int n = ValidComm(comm) ? comm->nranks : 1;
   const double bytes = static_cast<double>(count) * static_cast<double>(DataTypeSize(datatype));
-  return Issue(comm, stream, OpKind::kColl, 0, bytes * 2.0 * (n - 1) / n);
+  return Issue(comm, stream, OpKind::kColl, 0, bytes * 2.0 * (n - 1) / n,
+               MakeProfOp(kProfAllReduce, count, datatype, -1));
 }
 
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -558,7 +592,8 @@ ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, 
     return r;
   if (ValidComm(comm) && (root < 0 || root >= comm->nranks)) return Fail(ncclInvalidArgument, "invalid root");
   return Issue(comm, stream, OpKind::kColl, 0,
-               static_cast<double>(count) * static_cast<double>(DataTypeSize(datatype)));
+               static_cast<double>(count) * static_cast<double>(DataTypeSize(datatype)),
+               MakeProfOp(kProfBroadcast, count, datatype, root));
 }
 
 ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -571,7 +606,8 @@ ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncc
   if (op < 0) return Fail(ncclInvalidArgument, "invalid reduction op");
   if (ValidComm(comm) && (root < 0 || root >= comm->nranks)) return Fail(ncclInvalidArgument, "invalid root");
   return Issue(comm, stream, OpKind::kColl, 0,
-               static_cast<double>(count) * static_cast<double>(DataTypeSize(datatype)));
+               static_cast<double>(count) * static_cast<double>(DataTypeSize(datatype)),
+               MakeProfOp(kProfReduce, count, datatype, root));
 }
 
 // Bytes per rank = sendcount·S·N (the receive buffer); bus bytes = that × (N−1)/N.
@@ -580,7 +616,8 @@ ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcou
   if (ncclResult_t r = CheckBuffers(sendbuff, recvbuff, datatype); r != ncclSuccess) return r;
   const int n = ValidComm(comm) ? comm->nranks : 1;
   const double bytes = static_cast<double>(sendcount) * static_cast<double>(DataTypeSize(datatype)) * n;
-  return Issue(comm, stream, OpKind::kColl, 0, bytes * (n - 1) / n);
+  return Issue(comm, stream, OpKind::kColl, 0, bytes * (n - 1) / n,
+               MakeProfOp(kProfAllGather, sendcount, datatype, -1));
 }
 
 // Bytes per rank = recvcount·S·N (the send buffer); bus bytes = that × (N−1)/N.
@@ -591,21 +628,24 @@ ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t rec
   if (op < 0) return Fail(ncclInvalidArgument, "invalid reduction op");
   const int n = ValidComm(comm) ? comm->nranks : 1;
   const double bytes = static_cast<double>(recvcount) * static_cast<double>(DataTypeSize(datatype)) * n;
-  return Issue(comm, stream, OpKind::kColl, 0, bytes * (n - 1) / n);
+  return Issue(comm, stream, OpKind::kColl, 0, bytes * (n - 1) / n,
+               MakeProfOp(kProfReduceScatter, recvcount, datatype, -1));
 }
 
 ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                        cudaStream_t stream) {
   if (ncclResult_t r = CheckBuffers(sendbuff, sendbuff, datatype); r != ncclSuccess) return r;
   return Issue(comm, stream, OpKind::kSend, peer,
-               static_cast<double>(count) * static_cast<double>(DataTypeSize(datatype)));
+               static_cast<double>(count) * static_cast<double>(DataTypeSize(datatype)),
+               MakeProfOp(kProfSend, count, datatype, peer));
 }
 
 ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                        cudaStream_t stream) {
   if (ncclResult_t r = CheckBuffers(recvbuff, recvbuff, datatype); r != ncclSuccess) return r;
   return Issue(comm, stream, OpKind::kRecv, peer,
-               static_cast<double>(count) * static_cast<double>(DataTypeSize(datatype)));
+               static_cast<double>(count) * static_cast<double>(DataTypeSize(datatype)),
+               MakeProfOp(kProfRecv, count, datatype, peer));
 }
 
 ncclResult_t pncclGroupStart(void) {

@@ -3,6 +3,7 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <cstdlib>
 
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
@@ -105,6 +106,17 @@ void AddAgentFlags(CLI::App& cmd, AgentFlags& f) {
   cmd.add_option("--joblog-patterns", f.joblog_patterns, "JSON file of user pattern sets for job output");
   cmd.add_option("--joblog-opt-out", f.joblog_opt_out,
                  "Jobs and users whose output is never captured, comma-separated: job:ID, user:NAME");
+  cmd.add_option("--probe-budget", f.probe_budget,
+                 "CUDA probes: time the launch probes may add to each process, as a fraction of wall time "
+                 "(over it they are duty-cycled and launch counts extrapolated); 0 = always attached")
+      ->capture_default_str();
+  cmd.add_option("--probe-cost-ns", f.probe_cost_ns,
+                 "CUDA probes: cost of one probe hit in ns for the budget; 0 = measured at start")
+      ->capture_default_str();
+  cmd.add_option("--sched-io", f.sched_io,
+                 "Host scheduling (off-CPU by reason) and file I/O (write/fsync/close per mount) of the "
+                 "tracked processes, through eBPF: on or off")
+      ->capture_default_str();
   cmd.add_flag("--once", f.once, "Collect one round (two ticks), print the /metrics text to stdout and exit")
       ->configurable(false);
 }
@@ -235,6 +247,28 @@ Result<AgentOptions> ResolveAgentOptions(const AgentFlags& f) {
     return MakeErrorF(ErrorCode::kInvalidArgument, "joblog-opt-out: {}", list.error().message);
   }
   o.joblog_opt_out = f.joblog_opt_out;
+  {
+    // Plain decimal numbers within bounds (a budget over 1 or a negative cost means nothing).
+    auto number = [](const std::string& text, double lo, double hi, std::string_view key) -> Result<double> {
+      char* end = nullptr;
+      errno = 0;
+      const double v = std::strtod(text.c_str(), &end);
+      if (text.empty() || end == text.c_str() || *end != '\0' || errno != 0 || !(v >= lo && v <= hi)) {
+        return MakeErrorF(ErrorCode::kInvalidArgument, "{}: '{}' is not a number in [{}, {}]", key, text, lo, hi);
+      }
+      return v;
+    };
+    auto budget = number(f.probe_budget, 0, 1, "probe-budget");
+    if (!budget) return std::unexpected(budget.error());
+    o.probe_budget = *budget;
+    auto cost = number(f.probe_cost_ns, 0, 1e9, "probe-cost-ns");
+    if (!cost) return std::unexpected(cost.error());
+    o.probe_cost_ns = *cost;
+  }
+  if (f.sched_io != "on" && f.sched_io != "off") {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "sched-io: expected on or off, got '{}'", f.sched_io);
+  }
+  o.sched_io = f.sched_io == "on";
   o.once = f.once;
   return o;
 }

@@ -51,6 +51,9 @@ struct AgentFlags {
   std::string joblog_format = "auto";
   std::string joblog_patterns;
   std::string joblog_opt_out;  // comma-separated job:ID / user:NAME
+  std::string probe_budget = "0.01";  // CUDA probes: added time per process (fraction); 0 = off
+  std::string probe_cost_ns = "0";    // cost of one launch-probe hit; 0 = measured at start
+  std::string sched_io = "on";        // host scheduling and file I/O probes: on|off
   bool once = false;
 
   AgentFlags();
@@ -84,6 +87,11 @@ struct AgentOptions {
   std::string joblog_patterns;  // path ("" = none)
   std::shared_ptr<const collect::joblog::UserPatterns> joblog_user_patterns;  // loaded from it
   std::string joblog_opt_out;   // checked
+  // CUDA/NCCL probes' overhead budget (collect/probes README "Overhead budget").
+  double probe_budget = 0.01;  // [0, 1]; 0 = launch probes never duty-cycled
+  double probe_cost_ns = 0;    // [0, 1e9]; 0 = self-calibration at start
+  // Host scheduling and file I/O of the tracked processes (collect/sched_io).
+  bool sched_io = true;
   bool once = false;
 };
 

@@ -11,7 +11,9 @@
 #include "collect/kmsg/kmsg_collector.h"
 #include "collect/node/node_collectors.h"
 #include "collect/node/topology.h"
+#include "collect/nccl_profiler/nccl_profiler_collector.h"
 #include "collect/probes/probes_collector.h"
+#include "collect/sched_io/sched_io_collector.h"
 #include "collect/serving/serving_collector.h"
 
 namespace ithbat::cli {
@@ -20,7 +22,7 @@ namespace {
 // The collectors every agent runs. A new collector is added here and nowhere else, so the
 // agent, `--once`, the demo and docs/metrics.md always agree.
 Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const AgentOptions& options,
-                     agent::TrackedProcesses& tracked) {
+                     agent::TrackedProcesses& tracked, agent::LoggedSteps& logged_steps) {
   collect::HostOptions host;
   host.procfs = options.procfs;
   if (auto s = runtime.Add(collect::HostCollector::Create(std::move(host))); !s) return s;
@@ -59,6 +61,7 @@ Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const A
     joblog.patterns = options.joblog_user_patterns;
     if (auto list = collect::joblog::ParseOptOutList(options.joblog_opt_out); list) joblog.opt_out = std::move(*list);
     joblog.tracked = &tracked;
+    joblog.logged_steps = &logged_steps;
     auto collector = collect::joblog::JobLogCollector::Create(std::move(joblog));
     if (!collector) return std::unexpected(collector.error());
     if (auto s = runtime.Add(std::move(*collector)); !s) return s;
@@ -68,7 +71,28 @@ Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const A
   {
     collect::probes::ProbesOptions probes;
     probes.tracked = &tracked;
+    probes.logged_steps = &logged_steps;
+    probes.budget = options.probe_budget;
+    probes.cost_ns = options.probe_cost_ns;
     auto collector = collect::probes::ProbesCollector::Create(std::move(probes));
+    if (!collector) return std::unexpected(collector.error());
+    if (auto s = runtime.Add(std::move(*collector)); !s) return s;
+  }
+  // Host scheduling (off-CPU time by reason) and file I/O per mount of the same tracked
+  // processes and their trees; a kernel that refuses leaves it degraded with the reason.
+  if (options.sched_io) {
+    collect::sched_io::SchedIoOptions sched_io;
+    sched_io.tracked = &tracked;
+    auto collector = collect::sched_io::SchedIoCollector::Create(std::move(sched_io));
+    if (!collector) return std::unexpected(collector.error());
+    if (auto s = runtime.Add(std::move(*collector)); !s) return s;
+  }
+  // GPU-timed collectives from jobs that opt into libnccl-profiler-ithbat.so (its shared-memory
+  // ring, found through the tracked processes' maps).
+  {
+    collect::nccl_profiler::NcclProfilerOptions nccl_profiler;
+    nccl_profiler.tracked = &tracked;
+    auto collector = collect::nccl_profiler::NcclProfilerCollector::Create(std::move(nccl_profiler));
     if (!collector) return std::unexpected(collector.error());
     if (auto s = runtime.Add(std::move(*collector)); !s) return s;
   }
@@ -118,7 +142,7 @@ Result<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentOptions& op
   AgentProcess* self = p.get();
   ro.maintenance = [self](TimeNs now) { self->Maintain(now); };
   p->runtime_ = std::make_unique<agent::Runtime>(*p->store_, std::move(ro));
-  if (auto s = AddCollectors(*p->runtime_, *p->store_, options, p->tracked_); !s) return std::unexpected(s.error());
+  if (auto s = AddCollectors(*p->runtime_, *p->store_, options, p->tracked_, p->logged_steps_); !s) return std::unexpected(s.error());
   if (auto s = p->runtime_->Start(); !s) return std::unexpected(s.error());
 
   if (serve) {
@@ -188,8 +212,9 @@ Result<std::vector<std::pair<std::string, std::vector<MetricDesc>>>> DescribeAge
   auto store = store::Store::Open(store::StoreOptions{});
   if (!store) return std::unexpected(store.error());
   agent::TrackedProcesses tracked;
+  agent::LoggedSteps logged_steps;
   agent::Runtime runtime(**store, agent::RuntimeOptions{});
-  if (auto s = AddCollectors(runtime, **store, AgentOptions{}, tracked); !s) return std::unexpected(s.error());
+  if (auto s = AddCollectors(runtime, **store, AgentOptions{}, tracked, logged_steps); !s) return std::unexpected(s.error());
   return runtime.DescribeByCollector();
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "agent/runtime.h"
+#include "agent/logged_steps.h"
 #include "agent/tracked_processes.h"
 #include "cli/agent_options.h"
 #include "core/metric.h"
@@ -54,6 +55,7 @@ class AgentProcess {
   std::unique_ptr<store::Store> store_;
   // Declared before the runtime: collectors hold a pointer to it until the runtime stops them.
   agent::TrackedProcesses tracked_;
+  agent::LoggedSteps logged_steps_;  // joblog publishes, probes read (step numbering)
   std::unique_ptr<agent::Runtime> runtime_;
   std::unique_ptr<serve::HttpServer> server_;
   bool stopped_ = false;

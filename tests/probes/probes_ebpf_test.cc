@@ -26,11 +26,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent/logged_steps.h"
 #include "agent/tracked_processes.h"
 #include "collect/probes/probe_bpf.h"
 #include "collect/probes/probes_collector.h"
 #include "collect/probes/target_resolver.h"
 #include "core/time.h"
+#include "probes/probe_test_util.h"
 #include "testutil/fake_sink.h"
 #include "testutil/testutil.h"
 
@@ -46,101 +48,12 @@ size_t OpenFds() {
   return n;
 }
 
-bool WaitForFile(const fs::path& p, int seconds) {
-  for (int i = 0; i < seconds * 100; ++i) {
-    if (fs::exists(p)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
+using test_util::GatedChild;
+using test_util::Touch;
+using test_util::WaitForFile;
+using Child = GatedChild;
 
-void Touch(const fs::path& p) { std::ofstream(p).put('\n'); }
-
-// A workload child behind the gate. stdout goes to a file.
-struct Child {
-  pid_t pid = -1;
-  fs::path out, ready, start, exit_gate;
-
-  // Starts `argv` with the gate preloaded and `env` added; waits until its libraries are mapped.
-  void Start(const fs::path& dir, const std::string& name, std::vector<std::string> argv,
-             std::vector<std::string> env) {
-    out = dir / (name + ".out");
-    ready = dir / (name + ".ready");
-    start = dir / (name + ".start");
-    exit_gate = dir / (name + ".exit");
-    env.push_back(std::string("LD_PRELOAD=") + ITHBAT_PROBE_GATE_LIB);
-    env.push_back("ITHBAT_GATE_READY=" + ready.string());
-    env.push_back("ITHBAT_GATE_START=" + start.string());
-    env.push_back("ITHBAT_GATE_EXIT=" + exit_gate.string());
-    pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) dup2(fd, 1);
-      for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
-      std::vector<char*> args;
-      for (std::string& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    ASSERT_TRUE(WaitForFile(ready, 30)) << name << " never reached the gate";
-  }
-  void Go() { Touch(start); }
-  void LetExit() { Touch(exit_gate); }
-  // Waits until the workload printed its JSON (it flushes in the exit gate).
-  nlohmann::json Result() {
-    for (int i = 0; i < 6000; ++i) {
-      std::ifstream in(out);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      const std::string s = ss.str();
-      if (!s.empty() && s.back() == '\n') return nlohmann::json::parse(s);
-      int status = 0;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        ADD_FAILURE() << "workload exited early, status " << status;
-        pid = -1;
-        return {};
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ADD_FAILURE() << "no output from the workload";
-    return {};
-  }
-  int Wait() {
-    if (pid < 0) return -1;
-    int status = 0;
-    waitpid(pid, &status, 0);
-    pid = -1;
-    return status;
-  }
-  ~Child() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-};
-
-// A directory only root can write (the collector dlopens a libcuda only from such a place):
-// the fake libcuda is copied there and the workloads load it through LD_LIBRARY_PATH.
-struct TrustedDriverDir {
-  fs::path dir;
-  TrustedDriverDir() {
-    char tmpl[] = "/run/ithbat-probes-test-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) return;
-    dir = tmpl;
-    chmod(dir.c_str(), 0755);
-    fs::copy_file(ITHBAT_FAKE_CUDA_PATH, dir / "libcuda.so.1");
-    fs::copy_file(ITHBAT_FAKE_NCCL_PATH, dir / "libnccl.so.2");
-    chmod((dir / "libcuda.so.1").c_str(), 0755);
-    chmod((dir / "libnccl.so.2").c_str(), 0755);
-  }
-  ~TrustedDriverDir() {
-    std::error_code ec;
-    if (!dir.empty()) fs::remove_all(dir, ec);
-  }
-};
+using test_util::TrustedDriverDir;
 
 class ProbesEbpf : public ::testing::Test {
  protected:
@@ -149,6 +62,7 @@ class ProbesEbpf : public ::testing::Test {
     ASSERT_FALSE(driver_.dir.empty()) << "cannot create a root-owned directory under /run";
     ProbesOptions o;
     o.tracked = &tracked_;
+    o.logged_steps = &logged_;
     o.rescan_ticks = 1;
     auto c = ProbesCollector::Create(std::move(o));
     ASSERT_TRUE(c) << c.error().message;
@@ -192,6 +106,7 @@ class ProbesEbpf : public ::testing::Test {
   TrustedDriverDir driver_;
   testing::TempDir tmp_;
   agent::TrackedProcesses tracked_;
+  agent::LoggedSteps logged_;
   FakeSink sink_;
   std::unique_ptr<ProbesCollector> collector_;
   TimeNs t_ = 0;
@@ -432,6 +347,99 @@ TEST_F(ProbesEbpf, NcclTwoRanksCountedPerOpAndBytes) {
   r1.LetExit();
   r0.Wait();
   r1.Wait();
+}
+
+// The collector end to end on a training-like job of two ranks that logs nothing: steps are
+// inferred from each rank's collectives and syncs, numbered by ONE logged step of rank 0 (the
+// HF Trainer's "every N steps, rank 0 only"), and recorded in the step timeline of both ranks
+// within one step of the workload's own step starts; the two ranks' collectives are aligned
+// (host enqueue order: exactly one last arrival per collective) and counted by size bucket.
+TEST_F(ProbesEbpf, TrainingStepsInferredNumberedAndRanksAligned) {
+  constexpr int kSteps = 30;
+  constexpr int kLoggedStep = 20;
+  Child r[2];
+  const std::string id = (tmp_.path() / "train.id").string();
+  std::vector<std::string> env = Env();
+  env.push_back("ITHBAT_FAKE_CUDA_DEVICES=2");
+  env.push_back("ITHBAT_FAKE_CUDA_COPY_GBPS=0.002");  // loss.item(): a 20 kB D2H copy blocks 10 ms
+  fs::path steps_file[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    steps_file[rank] = tmp_.path() / fmt::format("train{}.steps", rank);
+    r[rank].Start(tmp_.path(), fmt::format("train{}", rank),
+                  {ITHBAT_NCCL_WORKLOAD, "--rank", std::to_string(rank), "--nranks", "2", "--id-file", id,
+                   "--bytes", "1048576", "--train-steps", std::to_string(kSteps), "--layers", "3",
+                   "--compute-ms", "20", "--layer-ms", "2", "--loss-bytes", "20000", "--steps-file",
+                   steps_file[rank].string()},
+                  env);
+  }
+  Track({r[0].pid, r[1].pid});
+  Tick();
+  r[0].Go();
+  r[1].Go();
+  nlohmann::json j[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    j[rank] = r[rank].Result();
+    ASSERT_FALSE(j[rank].is_null());
+  }
+  // Truth: the workload's own step starts (CLOCK_MONOTONIC), as realtime like the store's.
+  const TimeNs mono_to_real = NowNs() - MonotonicNowNs();
+  std::map<int64_t, TimeNs> truth[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(steps_file[rank]);
+    int64_t step = 0;
+    TimeNs mono = 0;
+    while (in >> step >> mono) truth[rank][step] = mono + mono_to_real;
+    ASSERT_EQ(truth[rank].size(), static_cast<size_t>(kSteps)) << "steps file of rank " << rank;
+  }
+  // Rank 0 "prints" step kLoggedStep when it ends (the next one starts).
+  ASSERT_TRUE(truth[0].count(kLoggedStep + 1));
+  logged_.Add("job1", 0, kLoggedStep, truth[0][kLoggedStep + 1]);
+  // Collectives are aligned once they settled (1 s after the newest record of the communicator).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  Tick();
+  Tick();
+
+  const auto steps = sink_.steps();
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(fmt::format("rank {}", rank));
+    std::map<int64_t, StepSpan> got;
+    for (const auto& s : steps) {
+      if (s.job == "job1" && s.rank == rank) got[s.span.step] = s.span;  // the newest record wins
+    }
+    // Every step but the first (the attach) and the last (no later boundary) can be inferred.
+    EXPECT_GE(got.size(), static_cast<size_t>(kSteps - 3));
+    const auto& t = truth[rank];
+    for (const auto& [step, span] : got) {
+      auto it = t.find(step);
+      ASSERT_NE(it, t.end()) << "step " << step << " is not one the workload ran";
+      auto next = std::next(it);
+      if (next == t.end()) continue;  // the last step's length is unknown
+      const TimeNs len = next->second - it->second;
+      EXPECT_LT(std::abs(span.start - it->second), len) << "step " << step << " starts more than a step off";
+      EXPECT_LT(std::abs(span.end - next->second), len) << "step " << step << " ends more than a step off";
+    }
+    const std::string pid = std::to_string(r[rank].pid);
+    EXPECT_GE(Value("ithbat_probe_steps_total", {{"pid", pid}}).value_or(0), kSteps - 3);
+    EXPECT_GT(Value("ithbat_probe_step_seconds", {{"pid", pid}}).value_or(0), 0);
+    // Every all-reduce of the run is counted under some size bucket.
+    double by_size = 0;
+    for (const auto& s : sink_.series()) {
+      if (s.desc.name != "ithbat_probe_nccl_ops_by_size_total" || s.samples.empty()) continue;
+      const std::string labels = s.labels.ToString();
+      if (labels.find(fmt::format("pid=\"{}\"", pid)) == std::string::npos) continue;
+      if (labels.find("op=\"all_reduce\"") == std::string::npos) continue;
+      by_size += s.samples.back().second;
+    }
+    EXPECT_EQ(by_size, j[rank]["calls"]["ncclAllReduce"].get<double>());
+    // Both ranks were attached before their communicator's init: every collective aligned.
+    EXPECT_EQ(Value("ithbat_probe_nccl_aligned_total", {{"pid", pid}}), j[rank]["calls"]["ncclAllReduce"].get<double>());
+  }
+  // Exactly one of the two ranks is last at each aligned collective.
+  const double last0 = Value("ithbat_probe_nccl_last_arrivals_total", {{"pid", std::to_string(r[0].pid)}}).value_or(-1);
+  const double last1 = Value("ithbat_probe_nccl_last_arrivals_total", {{"pid", std::to_string(r[1].pid)}}).value_or(-1);
+  EXPECT_EQ(last0 + last1, j[0]["calls"]["ncclAllReduce"].get<double>());
+  for (auto& c : r) c.LetExit();
+  for (auto& c : r) c.Wait();
 }
 
 // The agent attaches after the job has already run collectives: what it sees from then on is

@@ -11,7 +11,7 @@
 
 #include "agent/logging.h"
 #include "collect/identity/identity_resolver.h"
-#include "collect/joblog/proc_tree.h"
+#include "collect/proc/proc_tree.h"
 #include "collect/joblog/tensorboard/tensorboard.h"
 #include "collect/joblog/text/redact.h"
 #include "core/labels.h"
@@ -309,8 +309,8 @@ bool JobLogCollector::OptedOut(int32_t pid, const Identity& identity) {
                                           &truncated);
   if (env && OptOutValue(env->Get(identity::EnvKey::kIthbatJoblog))) return true;
   if (options_.opt_out.empty()) return false;
-  std::optional<uint32_t> uid = ProcessUid(options_.proc_root, pid);
-  std::string user = uid ? UserName(*uid) : "";
+  std::optional<uint32_t> uid = proc::ProcessUid(options_.proc_root, pid);
+  std::string user = uid ? proc::UserName(*uid) : "";
   for (const auto& o : options_.opt_out) {
     if (o.kind == OptOut::Kind::kJob && !identity.job.empty() && o.value == identity.job) return true;
     if (o.kind == OptOut::Kind::kUser && uid && (o.value == user || o.value == std::to_string(*uid)))
@@ -387,7 +387,7 @@ void JobLogCollector::Reconcile() {
       ReportError(s.error());
       continue;
     }
-    if (!ProcessExists(options_.proc_root, pid)) {
+    if (!proc::ProcessExists(options_.proc_root, pid)) {
       // It exited before it was tracked: no exit record will remove the kernel entry.
       (void)kernel_source_->Untrack(pid);
       FreeProc(pid, t);
@@ -400,7 +400,7 @@ void JobLogCollector::Reconcile() {
     while (!queue.empty() && found < options_.max_children_scan) {
       int32_t parent = queue.front();
       queue.pop_front();
-      for (int32_t child : ReadChildren(options_.proc_root, parent, options_.max_children_scan - found)) {
+      for (int32_t child : proc::ReadChildren(options_.proc_root, parent, options_.max_children_scan - found)) {
         if (procs_.count(child) || now.count(child)) continue;  // another root follows it
         if (!AddProc(child, pid, Role::kDescendant, kernel_source_)) break;
         (void)kernel_source_->Track(child, pid, true);
@@ -411,11 +411,11 @@ void JobLogCollector::Reconcile() {
     // Launchers above it: their output carries the elastic agent's failure lines.
     int32_t cur = pid;
     for (int depth = 0; depth < options_.max_ancestor_depth; ++depth) {
-      std::optional<int32_t> ppid = ReadPpid(options_.proc_root, cur);
+      std::optional<int32_t> ppid = proc::ReadPpid(options_.proc_root, cur);
       if (!ppid || *ppid <= 1) break;
       cur = *ppid;
       if (procs_.count(cur) || now.count(cur)) continue;
-      if (!IsLauncher(ReadArgv(options_.proc_root, cur))) continue;
+      if (!proc::IsLauncher(proc::ReadArgv(options_.proc_root, cur))) continue;
       if (!AddProc(cur, pid, Role::kLauncher, kernel_source_)) break;
       (void)kernel_source_->Track(cur, pid, false);
     }
@@ -428,7 +428,7 @@ JobLogCollector::Proc* JobLogCollector::Adopt(int32_t pid, CaptureSource* source
   // lost): find the followed ancestor it descends from.
   int32_t cur = pid;
   for (int depth = 0; depth < 16; ++depth) {
-    std::optional<int32_t> ppid = ReadPpid(options_.proc_root, cur);
+    std::optional<int32_t> ppid = proc::ReadPpid(options_.proc_root, cur);
     if (!ppid || *ppid <= 1) break;
     auto it = procs_.find(*ppid);
     if (it != procs_.end() && (it->second.role == Role::kRoot || it->second.role == Role::kDescendant)) {
@@ -522,7 +522,7 @@ void JobLogCollector::HandleLine(Proc& p, int stream, const AssembledLine& line)
     StreamParserOptions po;
     po.format = options_.format;
     po.user_patterns = options_.patterns.get();
-    if (p.pid > 0) po.command_line = JoinArgv(ReadArgv(options_.proc_root, p.pid));
+    if (p.pid > 0) po.command_line = proc::JoinArgv(proc::ReadArgv(options_.proc_root, p.pid));
     auto created = StreamParser::Create(std::move(po));
     if (!created) return;  // the format was checked at Create
     p.parser = std::make_unique<StreamParser>(std::move(*created));
@@ -554,6 +554,9 @@ void JobLogCollector::EmitParsed(const Proc& p, int /*stream*/, const ParsedEven
   if (!framework.empty()) e.attrs.emplace_back("framework", std::string(framework));
   events_[pe.kind].value++;
   if (pe.kind == EventKind::kStep && pe.step >= 0) {
+    if (options_.logged_steps != nullptr) {
+      options_.logged_steps->Add(e.identity.job, e.identity.rank, pe.step, t);
+    }
     // Calibration: the span of one step, from the previous logged step of this rank to this
     // one. A line written through a block-buffered pipe arrives late, so both ends may lag
     // (README). Lines of one buffered write share one arrival time: no span from those (it
@@ -586,7 +589,7 @@ void JobLogCollector::Sweep(TimeNs t) {
   // them once /proc no longer has them.
   std::vector<int32_t> gone;
   for (const auto& [pid, p] : procs_) {
-    if (pid > 0 && !ProcessExists(options_.proc_root, pid)) gone.push_back(pid);
+    if (pid > 0 && !proc::ProcessExists(options_.proc_root, pid)) gone.push_back(pid);
   }
   for (int32_t pid : gone) {
     Proc& p = procs_.at(pid);
@@ -600,7 +603,7 @@ void JobLogCollector::ScanTensorboard() {
   for (const auto& [pid, p] : procs_) {
     if (pid <= 0) continue;
     const auto fd_dir = options_.proc_root / std::to_string(pid) / "fd";
-    for (const auto& ref : FindTfeventsFiles(options_.proc_root, pid, 4096)) {
+    for (const auto& ref : proc::FindTfeventsFiles(options_.proc_root, pid, 4096)) {
       // The job's own open file, through its fd: stat'ed (the link is followed by the kernel
       // to the file the process holds) to find it among those followed, opened only if new.
       struct stat st {};
@@ -613,7 +616,7 @@ void JobLogCollector::ScanTensorboard() {
         continue;
       }
       if (tb_files_.size() >= options_.max_tensorboard_files) break;
-      auto fd = OpenProcessFile(options_.proc_root, pid, ref.fd);
+      auto fd = proc::OpenProcessFile(options_.proc_root, pid, ref.fd);
       if (!fd) {
         if (fd.error().code != ErrorCode::kNotFound) ++tb_errors_total_;
         continue;

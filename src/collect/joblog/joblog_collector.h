@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "agent/collector.h"
+#include "agent/logged_steps.h"
 #include "agent/tracked_processes.h"
 #include "collect/joblog/capture_source.h"
 #include "collect/joblog/ebpf_source.h"
@@ -87,6 +88,9 @@ struct JobLogOptions {
   std::shared_ptr<const UserPatterns> patterns;  // may be null
   std::vector<OptOut> opt_out;
   agent::TrackedProcesses* tracked = nullptr;  // whom to follow; may be null (tail only)
+  // Where logged step numbers are shared with the step inference of collect/probes (may be
+  // null). Must outlive the collector.
+  agent::LoggedSteps* logged_steps = nullptr;
   std::filesystem::path proc_root = "/proc";   // the agent's real /proc; tests only change it
   EbpfSourceOptions ebpf;
   TailSourceOptions tail_options;  // `files` is filled from `tail`

@@ -1,17 +1,46 @@
 #include "collect/probes/probe_bpf.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <dlfcn.h>
 #include <fmt/core.h>
+#include <link.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "collect/probes/elf_reader.h"
 #include "collect/probes/probe_table.h"
 #include "cuda_probes.skel.h"
+
+// The function MeasureHitCost probes in the agent's own binary. Written in assembly on x86-64 so
+// that its first instruction is a register mov, which the kernel single-steps out of line (as it
+// does a driver entry's first instruction unless that is a push/nop/jmp it emulates): the
+// measured cost is the usual, not the cheaper, path.
+extern "C" uint64_t ithbat_probe_calibration_target(uint64_t x);
+#if defined(__x86_64__)
+asm(R"(
+  .pushsection .text
+  .globl ithbat_probe_calibration_target
+  .type ithbat_probe_calibration_target, @function
+ithbat_probe_calibration_target:
+  movq %rdi, %rax
+  addq $1, %rax
+  ret
+  .size ithbat_probe_calibration_target, .-ithbat_probe_calibration_target
+  .popsection
+)");
+#else
+extern "C" __attribute__((noinline, used)) uint64_t ithbat_probe_calibration_target(uint64_t x) {
+  asm volatile("" : "+r"(x));
+  return x + 1;
+}
+#endif
 
 namespace ithbat::collect::probes {
 
@@ -40,6 +69,90 @@ struct LinkCreateUprobeMulti {
 static_assert(sizeof(LinkCreateUprobeMulti) == 64);
 
 }  // namespace
+
+namespace {
+
+int64_t MonoNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+int64_t ThreadCpuNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+LinkCloser::LinkCloser(size_t max_threads) : max_threads_(std::clamp<size_t>(max_threads, 1, 64)) {}
+
+LinkCloser::~LinkCloser() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+std::shared_ptr<const LinkCloser::Ticket> LinkCloser::Submit(std::unique_ptr<Attachment> a) {
+  auto ticket = std::make_shared<Ticket>();
+  {
+    std::lock_guard lock(mu_);
+    queue_.emplace_back(std::move(a), ticket);
+    // A thread more when every waiting one already has an item to take (bounded): closes of
+    // several processes wait out their grace periods side by side, not one after another.
+    if (queue_.size() > idle_ && threads_.size() < max_threads_) threads_.emplace_back([this] { Run(); });
+  }
+  cv_.notify_one();
+  return ticket;
+}
+
+void LinkCloser::Run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    ++idle_;
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    --idle_;
+    if (queue_.empty()) return;  // stop_ and nothing left to close
+    auto item = std::move(queue_.front());
+    queue_.pop_front();
+    ++busy_;
+    lock.unlock();
+    item.second->started_ns.store(MonoNs());
+    item.first.reset();  // the blocking part: the kernel's grace period
+    lock.lock();
+    item.second->done.store(true);  // under mu_: Wait's predicate cannot miss it
+    --busy_;
+    done_cv_.notify_all();
+  }
+}
+
+void LinkCloser::Wait(const Ticket& ticket) {
+  std::unique_lock lock(mu_);
+  done_cv_.wait(lock, [&] { return ticket.done.load(); });
+}
+
+void LinkCloser::Drain() {
+  std::unique_lock lock(mu_);
+  done_cv_.wait(lock, [&] { return queue_.empty() && busy_ == 0; });
+}
+
+size_t LinkCloser::pending() const {
+  std::lock_guard lock(mu_);
+  return queue_.size() + busy_;
+}
+
+size_t LinkCloser::threads() const {
+  std::lock_guard lock(mu_);
+  return threads_.size();
+}
+
+PinnedFile::~PinnedFile() {
+  if (fd_ >= 0) close(fd_);
+}
 
 Attachment::~Attachment() {
   for (bpf_link* l : links_) bpf_link__destroy(l);
@@ -243,6 +356,74 @@ void ProbeBpf::ForgetProcess(uint32_t tgid) {
                            skel_->maps.entries, skel_->maps.comms}) {
     DeleteKeysOfTgid(m, tgid);
   }
+}
+
+void ProbeBpf::ForgetLaunchState(uint32_t tgid) { DeleteKeysOfTgid(skel_->maps.last_launch, tgid); }
+
+Result<HitCost> ProbeBpf::MeasureHitCost(uint64_t calls, int rounds) {
+  calls = std::clamp<uint64_t>(calls, 100, 1'000'000);
+  rounds = std::clamp(rounds, 1, 21);
+  // The target's file offset: its address minus the load bias of the object holding it (the
+  // executable when the module is linked statically), through that file's PT_LOAD headers.
+  Dl_info info{};
+  link_map* lm = nullptr;
+  void* fn = reinterpret_cast<void*>(&ithbat_probe_calibration_target);
+  if (dladdr1(fn, &info, reinterpret_cast<void**>(&lm), RTLD_DL_LINKMAP) == 0 || lm == nullptr) {
+    return MakeError(ErrorCode::kInternal, "calibration: dladdr found no object for the target function");
+  }
+  const std::string path = (lm->l_name != nullptr && lm->l_name[0] != '\0') ? lm->l_name : "/proc/self/exe";
+  auto elf = ReadElf(path, nullptr);
+  if (!elf) return std::unexpected(elf.error());
+  const uint64_t vaddr = reinterpret_cast<uintptr_t>(fn) - static_cast<uint64_t>(lm->l_addr);
+  const auto off = elf->FileOffset(vaddr);
+  if (!off) return MakeErrorF(ErrorCode::kInternal, "calibration: {:#x} is in no PT_LOAD of {}", vaddr, path);
+  const ProbeSpec* launch = nullptr;
+  for (const ProbeSpec& p : ProbeTable()) {
+    if ((p.flags & CUDA_PROBE_F_LAUNCH) != 0 && (p.flags & CUDA_PROBE_F_GRID3) != 0) {
+      launch = &p;
+      break;
+    }
+  }
+  if (launch == nullptr) return MakeError(ErrorCode::kInternal, "calibration: no launch probe in the table");
+  Target t;
+  t.probe = launch->id;
+  t.offset = *off;
+  t.from_symbol = true;
+  t.symbol = "ithbat_probe_calibration_target";
+
+  volatile uint64_t sink = 0;
+  auto run = [&]() {
+    uint64_t x = sink;
+    const int64_t c0 = ThreadCpuNs();
+    for (uint64_t i = 0; i < calls; ++i) x = ithbat_probe_calibration_target(x);
+    const int64_t c1 = ThreadCpuNs();
+    sink = x;
+    return static_cast<double>(c1 - c0) / static_cast<double>(calls);
+  };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  HitCost r;
+  r.calls = calls;
+  std::vector<double> plain, probed;
+  for (int i = 0; i < rounds; ++i) plain.push_back(run());
+  const uint32_t self = static_cast<uint32_t>(getpid());
+  const int64_t a0 = MonoNs();
+  auto att = Attach(static_cast<int32_t>(getpid()), path, {t});
+  const int64_t a1 = MonoNs();
+  if (!att) return std::unexpected(att.error());
+  if ((*att)->failed() > 0) return MakeErrorF(ErrorCode::kUnavailable, "calibration: {}", (*att)->first_error());
+  for (int i = 0; i < rounds; ++i) probed.push_back(run());
+  const int64_t d0 = MonoNs();
+  att->reset();
+  const int64_t d1 = MonoNs();
+  ForgetProcess(self);
+  r.unprobed_ns = median(plain);
+  r.ns_per_hit = std::max(0.0, median(probed) - r.unprobed_ns);
+  r.attach_ns = static_cast<double>(a1 - a0);
+  r.detach_ns = static_cast<double>(d1 - d0);
+  return r;
 }
 
 ProbeBpf::KeyCounts ProbeBpf::CountKeys(uint32_t tgid) const {

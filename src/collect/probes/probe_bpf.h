@@ -12,10 +12,15 @@
 //   perf-event uprobes (older kernels): one link per target and direction.
 //
 // Thread-compatible: the collector calls it from its Collect only.
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collect/probes/target_resolver.h"
@@ -51,6 +56,74 @@ class Attachment {
   std::string first_error_;
 };
 
+// Closes attachments off the caller's thread. Closing a uprobe link returns only after an RCU
+// grace period (uprobe_multi: one per link, 30-60 ms on this VM, ~0.1 s seen on 6.18; README
+// "Overhead budget"), so a collector that toggles launch probes on many processes would stall its
+// tick for that long per toggle. The kernel unregisters the uprobes at the start of the close;
+// the wait that follows only lets in-flight hits finish. Up to `max_threads` closes run at once
+// (threads started on demand, at most that many, kept until destruction): N processes detached
+// in one tick end their slices together instead of each waiting for the closes queued before
+// it. The destructor closes whatever is queued, then joins.
+class LinkCloser {
+ public:
+  // What the collector watches of one queued close. `started_ns` (CLOCK_MONOTONIC) is set when
+  // the close begins (the probes stop firing then), `done` when every link is closed.
+  struct Ticket {
+    std::atomic<int64_t> started_ns{0};
+    std::atomic<bool> done{false};
+  };
+  explicit LinkCloser(size_t max_threads = 4);
+  ~LinkCloser();
+  LinkCloser(const LinkCloser&) = delete;
+  LinkCloser& operator=(const LinkCloser&) = delete;
+  std::shared_ptr<const Ticket> Submit(std::unique_ptr<Attachment> a);
+  // Blocks until that close is done (a ticket of this closer).
+  void Wait(const Ticket& ticket);
+  // Blocks until everything submitted so far is closed.
+  void Drain();
+  size_t pending() const;
+  size_t threads() const;  // closer threads started so far (<= max_threads)
+
+ private:
+  void Run();
+  const size_t max_threads_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // work queued or stop
+  std::condition_variable done_cv_;  // a close finished
+  std::deque<std::pair<std::unique_ptr<Attachment>, std::shared_ptr<Ticket>>> queue_;
+  size_t busy_ = 0;
+  size_t idle_ = 0;  // threads waiting for work
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// A library file held open with O_PATH (no read access, no mapping: a name for the inode) and
+// the path through which the kernel reaches exactly it, <procfs>/self/fd/N. Attaching through
+// that path never follows a path the traced process could swap in the meantime. Closed by the
+// destructor.
+class PinnedFile {
+ public:
+  PinnedFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PinnedFile();
+  PinnedFile(const PinnedFile&) = delete;
+  PinnedFile& operator=(const PinnedFile&) = delete;
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
+// What one probe hit costs the probed thread, measured on the agent's own binary (MeasureHitCost).
+struct HitCost {
+  double ns_per_hit = 0;      // probed minus unprobed, per call (thread CPU time)
+  double unprobed_ns = 0;     // per call without the probe
+  double attach_ns = 0;       // wall time of attaching the one-target link
+  double detach_ns = 0;       // wall time of closing it (the RCU grace period)
+  uint64_t calls = 0;         // calls per measured round
+};
+
 class ProbeBpf {
  public:
   // Opens and loads the skeleton. Errors (kUnavailable) carry libbpf's reason.
@@ -76,6 +149,17 @@ class ProbeBpf {
   // Deletes every entry of tgid from every map — counters, per-thread state, communicators —
   // (after its links are gone).
   void ForgetProcess(uint32_t tgid);
+  // Deletes tgid's per-thread last-launch times only: done before the launch probes of a
+  // duty-cycled process are attached again, so the time they were detached is never a gap.
+  void ForgetLaunchState(uint32_t tgid);
+  // Self-calibration: attaches the entry program, with a launch probe's cookie (the same work as
+  // a cuLaunchKernel hit: counter, grid, per-thread gap state), to a function of the agent's own
+  // binary (found through its ELF: its file offset from /proc/self/exe's PT_LOAD headers), calls
+  // it `calls` times probed and unprobed over a few rounds (median), then detaches and forgets
+  // the agent's own keys. The function's first instruction is one the kernel single-steps out of
+  // line (x86-64: a mov), like the fake's and most drivers' entry points, so the figure is not
+  // the cheaper emulated path. Errors: the attach was refused, or the binary cannot be read.
+  Result<HitCost> MeasureHitCost(uint64_t calls = 4000, int rounds = 5);
   // Entries of tgid per map (diagnostics and tests; walks the maps).
   struct KeyCounts {
     size_t stats = 0, last_launch = 0, group_depth = 0, entries = 0, comms = 0;

@@ -14,6 +14,10 @@ constexpr uint32_t kLaunchGrid = CUDA_PROBE_F_LAUNCH | CUDA_PROBE_F_GRID3;
 constexpr uint32_t kLaunchCfg = CUDA_PROBE_F_LAUNCH | CUDA_PROBE_F_GRID_CFG;
 constexpr uint32_t kColl = CUDA_PROBE_F_NCCL_COLL;
 constexpr uint32_t kCollN = CUDA_PROBE_F_NCCL_COLL | CUDA_PROBE_F_NCCL_TIMES_N;
+// Point-to-point: a record, but no step of the communicator's collective seq (ranks differ).
+constexpr uint32_t kP2p = CUDA_PROBE_F_NCCL_COLL | CUDA_PROBE_F_NCCL_P2P;
+// Host-blocking waits that mark a step's structure: a per-call record at return (step inference).
+constexpr uint32_t kSyncRec = CUDA_PROBE_F_SYNC_RECORD;
 
 constexpr ProcAddrQuery Q(std::string_view n, int v, uint64_t f = 0) { return {n, v, f}; }
 
@@ -30,11 +34,11 @@ const std::array kTable = {
   ProbeSpec{5,  L::kCuda, "cuLaunchCooperativeKernel_ptsz", C::kLaunch, false, false, D::kNone, 0, 0, 0, kLaunchGrid, Q("cuLaunchCooperativeKernel", 9000, 2)},
   ProbeSpec{6,  L::kCuda, "cuGraphLaunch",                  C::kLaunch, true,  false, D::kNone, 0, 0, 0, CUDA_PROBE_F_LAUNCH, Q("cuGraphLaunch", 10000)},
   ProbeSpec{7,  L::kCuda, "cuGraphLaunch_ptsz",             C::kLaunch, true,  false, D::kNone, 0, 0, 0, CUDA_PROBE_F_LAUNCH, Q("cuGraphLaunch", 10000, 2)},
-  ProbeSpec{8,  L::kCuda, "cuStreamSynchronize",            C::kSync, true,  true, D::kNone, 0, 0, 0, 0, Q("cuStreamSynchronize", 2000)},
-  ProbeSpec{9,  L::kCuda, "cuStreamSynchronize_ptsz",       C::kSync, true,  true, D::kNone, 0, 0, 0, 0, Q("cuStreamSynchronize", 7000, 2)},
-  ProbeSpec{10, L::kCuda, "cuEventSynchronize",             C::kSync, true,  true, D::kNone, 0, 0, 0, 0, Q("cuEventSynchronize", 2000)},
-  ProbeSpec{11, L::kCuda, "cuCtxSynchronize",               C::kSync, true,  true, D::kNone, 0, 0, 0, 0, Q("cuCtxSynchronize", 2000)},
-  ProbeSpec{12, L::kCuda, "cuCtxSynchronize_v2",            C::kSync, true,  true, D::kNone, 0, 0, 0, 0, Q("cuCtxSynchronize", 13000)},
+  ProbeSpec{8,  L::kCuda, "cuStreamSynchronize",            C::kSync, true,  true, D::kNone, 0, 0, 0, kSyncRec, Q("cuStreamSynchronize", 2000)},
+  ProbeSpec{9,  L::kCuda, "cuStreamSynchronize_ptsz",       C::kSync, true,  true, D::kNone, 0, 0, 0, kSyncRec, Q("cuStreamSynchronize", 7000, 2)},
+  ProbeSpec{10, L::kCuda, "cuEventSynchronize",             C::kSync, true,  true, D::kNone, 0, 0, 0, kSyncRec, Q("cuEventSynchronize", 2000)},
+  ProbeSpec{11, L::kCuda, "cuCtxSynchronize",               C::kSync, true,  true, D::kNone, 0, 0, 0, kSyncRec, Q("cuCtxSynchronize", 2000)},
+  ProbeSpec{12, L::kCuda, "cuCtxSynchronize_v2",            C::kSync, true,  true, D::kNone, 0, 0, 0, kSyncRec, Q("cuCtxSynchronize", 13000)},
   ProbeSpec{13, L::kCuda, "cuStreamWaitEvent",              C::kEvent, true,  false, D::kNone, 0, 0, 0, 0, Q("cuStreamWaitEvent", 3020)},
   ProbeSpec{14, L::kCuda, "cuStreamWaitEvent_ptsz",         C::kEvent, false, false, D::kNone, 0, 0, 0, 0, Q("cuStreamWaitEvent", 7000, 2)},
   ProbeSpec{15, L::kCuda, "cuEventRecord",                  C::kEvent, true,  false, D::kNone, 0, 0, 0, 0, Q("cuEventRecord", 2000)},
@@ -49,8 +53,8 @@ const std::array kTable = {
   ProbeSpec{24, L::kCuda, "cuMemcpyDtoDAsync_v2_ptsz",      C::kCopy, false, false, D::kDeviceToDevice, 3, 0, 0, 0, Q("cuMemcpyDtoDAsync", 7000, 2)},
   ProbeSpec{25, L::kCuda, "cuMemcpyHtoD_v2",                C::kBlockingCopy, false, true, D::kHostToDevice, 3, 0, 0, CUDA_PROBE_F_TIMED, Q("cuMemcpyHtoD", 3020)},
   ProbeSpec{26, L::kCuda, "cuMemcpyHtoD_v2_ptds",           C::kBlockingCopy, false, true, D::kHostToDevice, 3, 0, 0, CUDA_PROBE_F_TIMED, Q("cuMemcpyHtoD", 7000, 2)},
-  ProbeSpec{27, L::kCuda, "cuMemcpyDtoH_v2",                C::kBlockingCopy, true,  true, D::kDeviceToHost, 3, 0, 0, CUDA_PROBE_F_TIMED, Q("cuMemcpyDtoH", 3020)},
-  ProbeSpec{28, L::kCuda, "cuMemcpyDtoH_v2_ptds",           C::kBlockingCopy, false, true, D::kDeviceToHost, 3, 0, 0, CUDA_PROBE_F_TIMED, Q("cuMemcpyDtoH", 7000, 2)},
+  ProbeSpec{27, L::kCuda, "cuMemcpyDtoH_v2",                C::kBlockingCopy, true,  true, D::kDeviceToHost, 3, 0, 0, CUDA_PROBE_F_TIMED | kSyncRec, Q("cuMemcpyDtoH", 3020)},
+  ProbeSpec{28, L::kCuda, "cuMemcpyDtoH_v2_ptds",           C::kBlockingCopy, false, true, D::kDeviceToHost, 3, 0, 0, CUDA_PROBE_F_TIMED | kSyncRec, Q("cuMemcpyDtoH", 7000, 2)},
   ProbeSpec{29, L::kCuda, "cuMemcpyDtoD_v2",                C::kBlockingCopy, false, true, D::kDeviceToDevice, 3, 0, 0, CUDA_PROBE_F_TIMED, Q("cuMemcpyDtoD", 3020)},
   ProbeSpec{30, L::kCuda, "cuMemcpyDtoD_v2_ptds",           C::kBlockingCopy, false, true, D::kDeviceToDevice, 3, 0, 0, CUDA_PROBE_F_TIMED, Q("cuMemcpyDtoD", 7000, 2)},
   ProbeSpec{31, L::kCuda, "cuMemcpyPeerAsync",              C::kCopy, false, false, D::kPeer, 5, 0, 0, 0, Q("cuMemcpyPeerAsync", 4000)},
@@ -67,8 +71,8 @@ const std::array kTable = {
   ProbeSpec{66, L::kNccl, "ncclReduceScatter",  C::kNcclColl, true,  false, D::kNone, 3, 4, 6, kCollN, std::nullopt, "reduce_scatter"},
   ProbeSpec{67, L::kNccl, "ncclBroadcast",      C::kNcclColl, true,  false, D::kNone, 3, 4, 6, kColl,  std::nullopt, "broadcast"},
   ProbeSpec{68, L::kNccl, "ncclReduce",         C::kNcclColl, true,  false, D::kNone, 3, 4, 7, kColl,  std::nullopt, "reduce"},
-  ProbeSpec{69, L::kNccl, "ncclSend",           C::kNcclColl, true,  false, D::kNone, 2, 3, 5, kColl,  std::nullopt, "send"},
-  ProbeSpec{70, L::kNccl, "ncclRecv",           C::kNcclColl, true,  false, D::kNone, 2, 3, 5, kColl,  std::nullopt, "recv"},
+  ProbeSpec{69, L::kNccl, "ncclSend",           C::kNcclColl, true,  false, D::kNone, 2, 3, 5, kP2p,   std::nullopt, "send"},
+  ProbeSpec{70, L::kNccl, "ncclRecv",           C::kNcclColl, true,  false, D::kNone, 2, 3, 5, kP2p,   std::nullopt, "recv"},
   ProbeSpec{71, L::kNccl, "ncclAlltoAll",       C::kNcclColl, false, false, D::kNone, 3, 4, 5, kCollN, std::nullopt, "all_to_all"},
   ProbeSpec{72, L::kNccl, "ncclGather",         C::kNcclColl, false, false, D::kNone, 3, 4, 6, kColl,  std::nullopt, "gather"},
   ProbeSpec{73, L::kNccl, "ncclScatter",        C::kNcclColl, false, false, D::kNone, 3, 4, 6, kColl,  std::nullopt, "scatter"},

@@ -4,8 +4,11 @@
 #include <array>
 #include <cmath>
 
+#include <fcntl.h>
 #include <fmt/core.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include "collect/probes/probe_table.h"
 #include "core/time.h"
@@ -13,13 +16,9 @@
 namespace ithbat::collect::probes {
 namespace {
 
-const std::vector<std::string> kIdentityLabels = {"job_id", "rank", "local_rank", "world_size",
-                                                  "pid",    "gpu",  "gpu_uuid"};
-
+// Label names of a per-process metric: the identity's, then `extra`.
 std::vector<std::string> Labels(std::initializer_list<std::string> extra) {
-  std::vector<std::string> l = kIdentityLabels;
-  l.insert(l.end(), extra);
-  return l;
+  return agent::ProcessLabelNames(extra);
 }
 
 MetricDesc Desc(std::string name, std::string help, std::string unit, MetricType type,
@@ -35,6 +34,11 @@ struct Threshold {
 };
 constexpr std::array<Threshold, 4> kThresholds = {{{20, "1ms"}, {23, "8ms"}, {27, "134ms"}, {30, "1s"}}};
 constexpr size_t kMaxFailedCache = 1024;
+// ProbesCollector::kFallbackCostNs, when the self-calibration fails or measures an implausible
+// cost (and no cost is configured): conservative, above what a trap costs on current hosts
+// (~0.7 us) and near this kind of VM's (~5.5 us).
+
+bool IsLaunch(const ProbeSpec& s) { return (s.flags & CUDA_PROBE_F_LAUNCH) != 0; }
 
 const MetricDesc& LaunchesDesc() {
   static const MetricDesc d =
@@ -141,6 +145,93 @@ const MetricDesc& StateDesc() {
            "", MetricType::kGauge, Labels({"state"}));
   return d;
 }
+const MetricDesc& OnFractionDesc() {
+  static const MetricDesc d =
+      Desc("ithbat_probe_launch_on_fraction",
+           "Fraction of each period the launch probes are attached (1: always, counts exact; less: "
+           "duty-cycled to keep the process under the overhead budget, launch counts extrapolated)",
+           "", MetricType::kGauge, Labels({}));
+  return d;
+}
+const MetricDesc& TogglesDesc() {
+  static const MetricDesc d =
+      Desc("ithbat_probe_toggles_total",
+           "Attaches plus detaches of the launch probes of the process by the duty cycle (each takes the "
+           "process's memory-map lock; at least 0.95 s apart)",
+           "", MetricType::kCounter, Labels({}));
+  return d;
+}
+const MetricDesc& AddedDesc() {
+  static const MetricDesc d =
+      Desc("ithbat_probe_added_time_ratio",
+           "Estimated time the launch probes add to the process, as a fraction of wall time: measured "
+           "launch rate x cost per hit x on-fraction (achieved over the last period once there is one)",
+           "", MetricType::kGauge, Labels({}));
+  return d;
+}
+const MetricDesc& HitCostDesc() {
+  static const MetricDesc d =
+      Desc("ithbat_probe_hit_cost_seconds",
+           "Cost of one launch-probe hit to the probed thread (measured at start on the agent's own binary, "
+           "or --probe-cost-ns)",
+           "seconds", MetricType::kGauge, {});
+  return d;
+}
+const MetricDesc& NcclOpsBySizeDesc() {
+  static const MetricDesc d =
+      Desc("ithbat_probe_nccl_ops_by_size_total",
+           "NCCL calls by op and message size bucket (bytes as in ithbat_probe_nccl_bytes_total; "
+           "buckets lt_1k, 1k_16k, 16k_256k, 256k_4m, 4m_64m, 64m_1g, ge_1g), from the per-call records",
+           "", MetricType::kCounter, Labels({"op", "size"}));
+  return d;
+}
+const MetricDesc& StepsDesc() {
+  static const MetricDesc d =
+      Desc("ithbat_probe_steps_total",
+           "Training steps inferred from the repeating pattern of the process's NCCL calls and host "
+           "syncs (no logs needed); numbered in the step timeline once the job logs a step",
+           "", MetricType::kCounter, Labels({}));
+  return d;
+}
+const MetricDesc& StepSecondsDesc() {
+  static const MetricDesc d =
+      Desc("ithbat_probe_step_seconds",
+           "Duration of the newest inferred step (host side: from the end of the previous step's last "
+           "collective or sync to the end of this one's)",
+           "seconds", MetricType::kGauge, Labels({}));
+  return d;
+}
+const MetricDesc& StepConfidenceDesc() {
+  static const MetricDesc d =
+      Desc("ithbat_probe_step_confidence",
+           "Confidence (0..1) of the newest inferred step: pattern lock quality x marks that matched it",
+           "", MetricType::kGauge, Labels({}));
+  return d;
+}
+const MetricDesc& ArrivalsAlignedDesc() {
+  static const MetricDesc d =
+      Desc("ithbat_probe_nccl_aligned_total",
+           "Collectives matched across this node's ranks of a shared communicator (same commHash and "
+           "sequence number since init): the base of the arrival series",
+           "", MetricType::kCounter, Labels({}));
+  return d;
+}
+const MetricDesc& ArrivalsLastDesc() {
+  static const MetricDesc d =
+      Desc("ithbat_probe_nccl_last_arrivals_total",
+           "Aligned collectives this process enqueued last among the node's ranks (HOST ENQUEUE order, "
+           "not GPU): a rank that is always last holds the others back",
+           "", MetricType::kCounter, Labels({}));
+  return d;
+}
+const MetricDesc& ArrivalLagDesc() {
+  static const MetricDesc d =
+      Desc("ithbat_probe_nccl_arrival_lag_seconds_total",
+           "Sum over aligned collectives of this process's enqueue time minus the first local rank's "
+           "(HOST ENQUEUE, not GPU time)",
+           "seconds", MetricType::kCounter, Labels({}));
+  return d;
+}
 const MetricDesc& LinksDesc() {
   static const MetricDesc d =
       Desc("ithbat_probe_links", "Uprobe links the agent holds now", "", MetricType::kGauge, {});
@@ -176,7 +267,9 @@ std::vector<MetricDesc> ProbesCollector::Describe() const {
   return {LaunchesDesc(),   CallsDesc(),   CallSecondsDesc(), CallReturnsDesc(), CallSlowDesc(),
           GapMaxDesc(),     GapsDesc(),    BlockedDesc(),     CopyBytesDesc(),   AllocBytesDesc(),
           GridBlocksDesc(), NcclOpsDesc(), NcclBytesDesc(),   StateDesc(),       LinksDesc(),
-          ProcessesDesc(),  LostDesc()};
+          ProcessesDesc(),  LostDesc(),  OnFractionDesc(),  TogglesDesc(),     AddedDesc(),
+          HitCostDesc(),    NcclOpsBySizeDesc(), StepsDesc(), StepSecondsDesc(), StepConfidenceDesc(),
+          ArrivalsAlignedDesc(), ArrivalsLastDesc(), ArrivalLagDesc()};
 }
 
 Status ProbesCollector::InitImpl(Sink& sink) {
@@ -192,12 +285,72 @@ Status ProbesCollector::StartImpl() {
     return Ok();
   }
   bpf_ = std::move(*bpf);
+  if (options_.cost_ns > 0) {
+    cost_ns_ = options_.cost_ns;
+  } else if (options_.budget > 0) {
+    Calibrate(0);
+  }
   return Ok();
+}
+
+void ProbesCollector::Calibrate(double keep) {
+  calibrated_at_ = MonotonicNowNs();
+  auto c = options_.calibrate ? options_.calibrate(*bpf_) : bpf_->MeasureHitCost();
+  // A measurement near 0 means the probe did not fire or the clock lied (an unprobed call that
+  // ran slow): taken as is, it would turn the budget off (added = rate x 0).
+  if (c && std::isfinite(c->ns_per_hit) && c->ns_per_hit >= kMinCalibratedCostNs) {
+    {
+      std::lock_guard lock(mu_);
+      calibration_ = *c;
+    }
+    cost_ns_ = c->ns_per_hit;
+    return;
+  }
+  const double use = keep > 0 ? keep : kFallbackCostNs;
+  cost_ns_ = use;
+  const std::string why =
+      c ? fmt::format("measured {:.1f} ns per hit, under the {:.0f} ns floor", c->ns_per_hit, kMinCalibratedCostNs)
+        : c.error().message;
+  ReportError(Error{c ? ErrorCode::kInternal : c.error().code,
+                    fmt::format("probes: cost calibration failed ({}); {} {:.0f} ns per hit", why,
+                                keep > 0 ? "keeping" : "assuming", use)});
+}
+
+double ProbesCollector::Aim() const { return options_.budget * std::clamp(options_.margin, 0.1, 1.0); }
+
+std::optional<HitCost> ProbesCollector::calibration() const {
+  std::lock_guard lock(mu_);
+  return calibration_;
+}
+
+Result<std::shared_ptr<const PinnedFile>> ProbesCollector::Pin(const std::string& path, const MappedLibrary& lib) {
+  const auto key = std::make_tuple(lib.dev_major, lib.dev_minor, lib.inode);
+  if (auto it = pinned_.find(key); it != pinned_.end()) {
+    if (auto f = it->second.lock()) return f;
+  }
+  const int fd = open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(ErrorCode::kNotFound, fmt::format("cannot open {}", path), errno);
+  auto file = std::make_shared<const PinnedFile>(fd, fmt::format("{}/self/fd/{}", options_.procfs, fd));
+  // What was opened is what the maps named (the path may have been swapped since it was checked).
+  // map_files links report the mapping's inode on the file's own device, which for overlay
+  // mounts differs from the maps line's: the inode alone there, as AgentPathFor does.
+  struct stat st {};
+  const bool via_map = path.find("/map_files/") != std::string::npos;
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != lib.inode ||
+      (!via_map && (major(st.st_dev) != lib.dev_major || minor(st.st_dev) != lib.dev_minor))) {
+    return MakeErrorF(ErrorCode::kNotFound, "{} was replaced while being opened", lib.path);
+  }
+  if (pinned_.size() >= 4 * options_.max_processes) {
+    std::erase_if(pinned_, [](const auto& kv) { return kv.second.expired(); });
+  }
+  pinned_[key] = file;
+  return file;
 }
 
 void ProbesCollector::StopImpl() {
   std::lock_guard lock(mu_);
   procs_.clear();  // destroys every attachment (links)
+  closer_.Drain();
   bpf_.reset();
 }
 
@@ -240,16 +393,34 @@ void ProbesCollector::SyncTracked() {
 }
 
 void ProbesCollector::Detach(int32_t pid) {
-  std::lock_guard lock(mu_);
-  procs_.erase(pid);
+  std::optional<Proc> gone;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = procs_.find(pid); it != procs_.end()) {
+      gone.emplace(std::move(it->second));
+      procs_.erase(it);
+    }
+    analysis_.Forget(pid);
+  }
+  // Outside mu_ (the snapshot accessors do not wait on kernel grace periods). Only Collect's
+  // thread changes procs_, so nothing re-adds the pid meanwhile.
+  if (gone) {
+    // A launch link still closing could add keys after ForgetProcess: wait for this process's
+    // own closes (only duty-cycled processes have any), not for every queued one.
+    for (const auto& t : gone->duty.closing) closer_.Wait(*t);
+    gone.reset();  // closes its other links
+  }
   if (bpf_) bpf_->ForgetProcess(static_cast<uint32_t>(pid));
 }
 
 Result<std::shared_ptr<const ResolvedLibrary>> ProbesCollector::Resolve(Proc& p, const MappedLibrary& lib,
-                                                                        std::string* path) {
+                                                                        std::shared_ptr<const PinnedFile>* file) {
   auto agent_path = AgentPathFor(options_.procfs, p.pid, lib);
   if (!agent_path) return std::unexpected(agent_path.error());
-  *path = *agent_path;
+  // Read and attach through one open file: the ELF parsed is the file the probes go into.
+  auto pinned = Pin(*agent_path, lib);
+  if (!pinned) return std::unexpected(pinned.error());
+  *file = *pinned;
   std::optional<std::string> trusted;
   if (lib.kind == LibraryKind::kCuda) {
     if (auto t = TrustedHostPath(options_.procfs, p.pid, lib, options_.driver_dirs); t) trusted = *t;
@@ -257,7 +428,7 @@ Result<std::shared_ptr<const ResolvedLibrary>> ProbesCollector::Resolve(Proc& p,
   const LibKey key{lib.dev_major, lib.dev_minor, lib.inode, trusted.has_value()};
   if (auto it = resolved_cache_.find(key); it != resolved_cache_.end()) return it->second;
   if (auto it = failed_cache_.find(key); it != failed_cache_.end()) return std::unexpected(it->second);
-  auto r = ResolveLibrary(*agent_path, lib.kind, trusted);
+  auto r = ResolveLibrary((*file)->path(), lib.kind, trusted);
   if (!r) {
     // A file's content under one (dev, inode) does not change while it is mapped, so a parse or
     // bound failure is final; kNotFound/kIo may be a race with the process and are retried.
@@ -283,47 +454,101 @@ void ProbesCollector::ScanProcess(Proc& p) {
       return a.lib.inode == lib.inode && a.lib.dev_major == lib.dev_major && a.lib.dev_minor == lib.dev_minor;
     });
     if (have) continue;
-    std::string path;
-    auto resolved = Resolve(p, lib, &path);
+    std::shared_ptr<const PinnedFile> file;
+    auto resolved = Resolve(p, lib, &file);
     if (!resolved) {
       p.degraded = resolved.error().message;
       ReportError(resolved.error());
       continue;
     }
-    auto att = bpf_->Attach(p.pid, path, (*resolved)->targets);
+    // Two attachments: the rare probes (always) and the launch probes (duty-cycled).
+    std::vector<Target> rare, launch;
+    for (const Target& t : (*resolved)->targets) {
+      const ProbeSpec* spec = FindProbe(t.probe);
+      (spec != nullptr && IsLaunch(*spec) ? launch : rare).push_back(t);
+    }
+    const std::string& path = file->path();
+    auto att = bpf_->Attach(p.pid, path, rare);
     if (!att) {
       p.degraded = att.error().message;
       ReportError(att.error());
       continue;
     }
-    if ((*att)->failed() > 0) {
-      p.degraded = fmt::format("{} of {} uprobes failed: {}", (*att)->failed(),
-                               (*att)->failed() + (*att)->links(), (*att)->first_error());
+    std::unique_ptr<Attachment> launch_att;
+    if (!launch.empty() && p.duty.launch_on) {
+      auto la = bpf_->Attach(p.pid, path, launch);
+      if (!la) {
+        p.degraded = la.error().message;
+        ReportError(la.error());
+        continue;
+      }
+      launch_att = std::move(*la);
+      if (p.duty.on_since == 0) {
+        p.duty.on_since = MonotonicNowNs();
+        p.duty.window_start = p.duty.on_since;
+        p.duty.last_toggle = p.duty.on_since;
+      }
     }
-    p.libs.push_back({lib, std::move(*att), *resolved});
+    const size_t failed = (*att)->failed() + (launch_att ? launch_att->failed() : 0);
+    if (failed > 0) {
+      const std::string& first =
+          !(*att)->first_error().empty() ? (*att)->first_error() : launch_att->first_error();
+      p.degraded = fmt::format("{} of {} uprobes failed: {}", failed,
+                               failed + (*att)->links() + (launch_att ? launch_att->links() : 0), first);
+    }
+    AttachedLib al{lib, std::move(*att), *resolved, std::move(launch_att), std::move(launch), std::move(file)};
+    p.libs.push_back(std::move(al));
   }
 }
 
 void ProbesCollector::Put(Proc& p, const MetricDesc& desc, std::string_view label, std::string_view value,
                           TimeNs t, double v) {
-  auto key = std::make_tuple(desc.name, std::string(label), std::string(value));
-  auto it = p.refs.find(key);
-  if (it == p.refs.end()) {
-    auto pairs = p.identity.ToLabelPairs();
-    if (!label.empty()) pairs.emplace_back(std::string(label), std::string(value));
-    auto labels = LabelSet::From(pairs);
-    if (!labels) {
-      ReportError(labels.error());
-      return;
+  agent::ProcessSeries::Labels extra;
+  if (!label.empty()) extra.emplace_back(std::string(label), std::string(value));
+  if (auto s = p.series.Put(*sink_, p.identity, desc, extra, t, v); !s) ReportError(s.error());
+}
+
+void ProbesCollector::Put(Proc& p, const MetricDesc& desc, std::string_view label, std::string_view value,
+                          std::string_view label2, std::string_view value2, TimeNs t, double v) {
+  const agent::ProcessSeries::Labels extra = {{std::string(label), std::string(value)},
+                                              {std::string(label2), std::string(value2)}};
+  if (auto s = p.series.Put(*sink_, p.identity, desc, extra, t, v); !s) ReportError(s.error());
+}
+
+void ProbesCollector::AppendRecordAnalysis(Proc& p, TimeNs t) {
+  // Logged steps of the job number the inferred ones. The marks are CLOCK_MONOTONIC; the log
+  // lines' times are realtime.
+  if (options_.logged_steps != nullptr && !p.identity.job.empty()) {
+    for (const auto& m : options_.logged_steps->Since(p.identity.job, p.logged_cursor)) {
+      analysis_.AddLoggedStep(p.pid, m.step, m.time - mono_to_real_);
+      p.logged_cursor = m.index;
     }
-    auto ref = sink_->RegisterSeries(desc, *labels);
-    if (!ref) {
-      ReportError(ref.error());
-      return;
-    }
-    it = p.refs.emplace(std::move(key), *ref).first;
   }
-  if (auto s = sink_->Append(it->second, t, v); !s) ReportError(s.error());
+  const RecordAnalysis::Steps steps = analysis_.TakeSteps(p.pid);
+  // A retraction voids steps of an early lock; only numbered steps reached the store, and
+  // numbering needs a logged step, which in practice comes after the first window of marks. The
+  // renumbered steps that follow replace them (the timeline replaces a step it holds).
+  if (!p.identity.job.empty() && p.identity.rank >= 0) {
+    for (const InferredStep& st : steps.steps) {
+      if (st.step < 0) continue;  // relative numbering: only counted (series), not in the timeline
+      StepSpan span{st.step, st.start + mono_to_real_, st.end + mono_to_real_};
+      if (auto s = sink_->RecordStep(p.identity.job, p.identity.rank, span); !s) ReportError(s.error());
+    }
+  }
+  const RecordAnalysis::Summary sum = analysis_.Get(p.pid);
+  if (sum.steps > 0) {
+    Put(p, StepsDesc(), "", "", t, static_cast<double>(sum.steps));
+    Put(p, StepSecondsDesc(), "", "", t, static_cast<double>(sum.last_step_ns) / 1e9);
+    Put(p, StepConfidenceDesc(), "", "", t, sum.confidence);
+  }
+  for (const auto& [key, n] : sum.ops_by_size) {
+    Put(p, NcclOpsBySizeDesc(), "op", key.first, "size", key.second, t, static_cast<double>(n));
+  }
+  if (sum.aligned > 0) {
+    Put(p, ArrivalsAlignedDesc(), "", "", t, static_cast<double>(sum.aligned));
+    Put(p, ArrivalsLastDesc(), "", "", t, static_cast<double>(sum.last));
+    Put(p, ArrivalLagDesc(), "", "", t, static_cast<double>(sum.lag_sum) / 1e9);
+  }
 }
 
 void ProbesCollector::AppendProcess(Proc& p, TimeNs t, const std::vector<ProbeBpf::StatEntry>& stats) {
@@ -347,11 +572,20 @@ void ProbesCollector::AppendProcess(Proc& p, TimeNs t, const std::vector<ProbeBp
     const ProbeSpec* spec = FindProbe(e.key.probe);
     if (spec == nullptr) continue;
     if (e.key.slot == CUDA_SLOT_CALLS) {
-      Put(p, CallsDesc(), "api", spec->symbol, t, count);
+      // Launch probes: what the kernel counted plus the extrapolated off slices (equal to the
+      // kernel's count while the process has never been duty-cycled).
+      double calls = count, launch_sum = sum;
+      if (IsLaunch(*spec)) {
+        if (auto it = p.launch.find(e.key.probe); it != p.launch.end()) {
+          calls = it->second.rep_count;
+          launch_sum = it->second.rep_sum;
+        }
+      }
+      Put(p, CallsDesc(), "api", spec->symbol, t, calls);
       switch (spec->cls) {
         case ProbeClass::kLaunch:
-          Put(p, LaunchesDesc(), "api", spec->symbol, t, count);
-          grid += sum;
+          Put(p, LaunchesDesc(), "api", spec->symbol, t, calls);
+          grid += launch_sum;
           break;
         case ProbeClass::kCopy:
         case ProbeClass::kBlockingCopy:
@@ -390,24 +624,7 @@ void ProbesCollector::AppendProcess(Proc& p, TimeNs t, const std::vector<ProbeBp
     const ProbeSpec* spec = FindProbe(probe);
     if (spec == nullptr) continue;
     for (size_t i = 0; i < kThresholds.size(); ++i) {
-      // Two labels: the api and the threshold; registered under a combined key.
-      auto key =
-          std::make_tuple(CallSlowDesc().name, std::string(spec->symbol), std::string(kThresholds[i].label));
-      auto it = p.refs.find(key);
-      if (it == p.refs.end()) {
-        auto pairs = p.identity.ToLabelPairs();
-        pairs.emplace_back("api", std::string(spec->symbol));
-        pairs.emplace_back("min", std::string(kThresholds[i].label));
-        auto labels = LabelSet::From(pairs);
-        if (!labels) continue;
-        auto ref = sink_->RegisterSeries(CallSlowDesc(), *labels);
-        if (!ref) {
-          ReportError(ref.error());
-          continue;
-        }
-        it = p.refs.emplace(std::move(key), *ref).first;
-      }
-      if (auto s = sink_->Append(it->second, t, a[i]); !s) ReportError(s.error());
+      Put(p, CallSlowDesc(), "api", spec->symbol, "min", kThresholds[i].label, t, a[i]);
     }
   }
   for (size_t i = 0; i < kThresholds.size(); ++i) Put(p, GapsDesc(), "min", kThresholds[i].label, t, gaps[i]);
@@ -419,9 +636,231 @@ void ProbesCollector::AppendProcess(Proc& p, TimeNs t, const std::vector<ProbeBp
     Put(p, CopyBytesDesc(), "direction", dir, t, copy_bytes[dir]);
   }
   const bool degraded = !p.degraded.empty();
-  Put(p, StateDesc(), "state", "exact", t, degraded ? 0 : 1);
-  Put(p, StateDesc(), "state", "sampled", t, 0);
+  const bool sampled = p.duty.sampled;
+  Put(p, StateDesc(), "state", "exact", t, degraded || sampled ? 0 : 1);
+  Put(p, StateDesc(), "state", "sampled", t, !degraded && sampled ? 1 : 0);
   Put(p, StateDesc(), "state", "degraded", t, degraded ? 1 : 0);
+  const double on = sampled ? p.duty.on_fraction : 1.0;
+  Put(p, OnFractionDesc(), "", "", t, on);
+  Put(p, TogglesDesc(), "", "", t, static_cast<double>(p.duty.toggles));
+  // What the slices achieved once a period is complete (closes that start late lengthen on-slices).
+  Put(p, AddedDesc(), "", "", t, p.duty.added * (sampled && p.duty.achieved > 0 ? p.duty.achieved : on));
+}
+
+void ProbesCollector::UpdateLaunchSeries(Proc& p, TimeNs now, const std::vector<ProbeBpf::StatEntry>& stats) {
+  Duty& d = p.duty;
+  // This process's launch counters in one pass (a new key starts at 0: all its count is new).
+  std::map<uint16_t, std::pair<uint64_t, uint64_t>> raw;
+  for (const auto& e : stats) {
+    if (e.key.tgid != static_cast<uint32_t>(p.pid) || e.key.slot != CUDA_SLOT_CALLS) continue;
+    const ProbeSpec* spec = FindProbe(e.key.probe);
+    if (spec == nullptr || !IsLaunch(*spec)) continue;
+    p.launch[e.key.probe];
+    raw[e.key.probe] = {e.value.count, e.value.sum};
+  }
+  auto current = [&](uint16_t probe, const LaunchSeries& ls) {
+    auto it = raw.find(probe);
+    return it != raw.end() ? it->second : std::make_pair(ls.raw_count, ls.raw_sum);
+  };
+  if (d.last_read == 0) d.last_read = d.on_since != 0 ? std::min(d.on_since, now) : now;
+  // Where the probes stopped firing, if a detach has begun.
+  if (!d.launch_on && d.off_since == 0) {
+    TimeNs started = 0;
+    bool all = !d.closing.empty();
+    for (const auto& tk : d.closing) {
+      const TimeNs s = tk->started_ns.load();
+      if (s == 0) all = false;
+      started = std::max(started, s);
+    }
+    // Only once every launch link is unregistering, and before this read (`now` precedes it).
+    if (all && started <= now) d.off_since = started;
+  }
+  const bool firing = d.launch_on || d.off_since == 0;
+  const TimeNs on_end = firing ? now : d.off_since;
+  const TimeNs since = std::max(d.last_read, d.on_since);
+  const TimeNs attached = d.on_since == 0 ? 0 : std::max<TimeNs>(0, on_end - since);
+  const TimeNs off = std::max<TimeNs>(0, (now - d.last_read) - attached);
+  d.detached_ns += off;
+  // A slice that ended: its rate per key (counted in it / its attached time) extrapolates the off
+  // slice that follows.
+  if (d.slice_open && !firing && d.off_since > d.on_since) {
+    const double len = static_cast<double>(d.off_since - d.on_since);
+    double total = 0;
+    for (auto& [probe, ls] : p.launch) {
+      const auto [c, sm] = current(probe, ls);
+      ls.rate_count = static_cast<double>(c - std::min(c, ls.slice_count)) / len;
+      ls.rate_sum = static_cast<double>(sm - std::min(sm, ls.slice_sum)) / len;
+      total += ls.rate_count;
+    }
+    d.slice_open = false;
+    d.added = total * cost_ns_.load();
+    if (d.added < Aim() * options_.exit_ratio) {
+      d.return_exact = true;
+    } else {
+      d.on_fraction = std::clamp(Aim() / d.added, 0.0, 1.0);
+      Schedule(d);
+      FitOffSlice(d, d.off_since - d.on_since);
+    }
+  }
+  for (auto& [probe, ls] : p.launch) {
+    const auto [c, sm] = current(probe, ls);
+    // Counted exactly while attached; the off part of this interval at the last slice's rate.
+    // Monotone by construction (both terms >= 0).
+    ls.rep_count += static_cast<double>(c - std::min(c, ls.raw_count)) + ls.rate_count * static_cast<double>(off);
+    ls.rep_sum += static_cast<double>(sm - std::min(sm, ls.raw_sum)) + ls.rate_sum * static_cast<double>(off);
+    ls.raw_count = c;
+    ls.raw_sum = sm;
+  }
+  d.last_read = now;
+}
+
+// The on/off slices for on_fraction f: slices >= min_slice (so toggles <= 1 per min_slice), the
+// period as short as that allows, never over max_period (the lowest reachable f is
+// min_slice / max_period; below it the process stays over budget, reported by
+// ithbat_probe_added_time_ratio).
+void ProbesCollector::Schedule(Duty& d) const {
+  const double min = static_cast<double>(options_.min_slice);
+  const double max_period = std::max(2 * min, static_cast<double>(options_.max_period));
+  const double f = std::clamp(d.on_fraction, min / max_period, 1 - min / max_period);
+  double on = min, off = min;
+  if (f <= 0.5) {
+    off = std::min(on * (1 - f) / f, max_period - on);
+  } else {
+    on = std::min(off * f / (1 - f), max_period - off);
+  }
+  d.on_ns = static_cast<TimeNs>(on);
+  d.off_ns = static_cast<TimeNs>(off);
+  d.on_fraction = on / (on + off);
+}
+
+// Toggles happen at ticks, so an on-slice lasts its scheduled length plus up to one tick (2 s
+// instead of 1 at a 1 s interval). The off slice that follows is sized on the on-slice's actual
+// length, so the on-fraction, and with it the budget, holds whatever the tick's phase.
+void ProbesCollector::FitOffSlice(Duty& d, TimeNs on_len) const {
+  const double f = d.on_fraction;
+  if (f <= 0 || f >= 1 || on_len <= 0) return;
+  const double want = static_cast<double>(on_len) * (1 - f) / f;
+  const double hi = std::max(static_cast<double>(options_.min_slice),
+                             static_cast<double>(options_.max_period - on_len));
+  d.off_ns = static_cast<TimeNs>(std::clamp(want, static_cast<double>(options_.min_slice), hi));
+}
+
+void ProbesCollector::AttachLaunch(Proc& p) {
+  Duty& d = p.duty;
+  // The time detached must not become a gap: the first launch after this starts afresh.
+  bpf_->ForgetLaunchState(static_cast<uint32_t>(p.pid));
+  const TimeNs t0 = MonotonicNowNs();
+  for (AttachedLib& l : p.libs) {
+    if (l.launch_targets.empty() || l.launch) continue;
+    // Through the file pinned at the first attach: no path lookup the process could redirect.
+    auto la = bpf_->Attach(p.pid, l.file->path(), l.launch_targets);
+    if (!la) {
+      p.degraded = la.error().message;
+      ReportError(la.error());
+      continue;
+    }
+    l.launch = std::move(*la);
+  }
+  const TimeNs t1 = MonotonicNowNs();
+  d.launch_on = true;
+  const TimeNs on_since = t0 + (t1 - t0) / 2;  // the breakpoints go in during the call
+  // The period that ends here, as it happened: attached from on_since to the close's start.
+  if (d.sampled && d.on_since != 0 && d.off_since > d.on_since && on_since > d.on_since) {
+    d.achieved = static_cast<double>(d.off_since - d.on_since) / static_cast<double>(on_since - d.on_since);
+  }
+  d.on_since = on_since;
+  d.off_since = 0;
+  d.closing.clear();
+  d.last_toggle = t1;
+  ++d.toggles;
+  for (auto& [probe, ls] : p.launch) {  // nothing fired while detached: raw is the slice start
+    ls.slice_count = ls.raw_count;
+    ls.slice_sum = ls.raw_sum;
+  }
+  if (d.return_exact) {
+    d.sampled = false;
+    d.return_exact = false;
+    d.on_fraction = 1;
+    d.achieved = 0;
+    d.window_start = d.on_since;
+    d.window_raw = 0;
+    d.window_keys.clear();
+    for (const auto& [probe, ls] : p.launch) {
+      d.window_raw += static_cast<double>(ls.raw_count);
+      d.window_keys[probe] = {ls.raw_count, ls.raw_sum};
+    }
+  } else {
+    d.slice_open = true;
+  }
+}
+
+void ProbesCollector::DetachLaunch(Proc& p, TimeNs now) {
+  Duty& d = p.duty;
+  for (AttachedLib& l : p.libs) {
+    if (l.launch) d.closing.push_back(closer_.Submit(std::move(l.launch)));
+  }
+  d.launch_on = false;
+  // Nothing to close (a re-attach that failed): the slice ended now.
+  d.off_since = d.closing.empty() ? now : 0;
+  d.last_toggle = now;
+  ++d.toggles;
+}
+
+void ProbesCollector::DutyCycle(Proc& p, TimeNs now) {
+  Duty& d = p.duty;
+  const double cost = cost_ns_.load();
+  if (options_.budget <= 0 || cost <= 0 || d.on_since == 0) return;
+  // Toggles happen at ticks, which jitter by a few ms around the interval: a slice due at the
+  // tick that comes 10 ms early would otherwise last a whole tick more (2 s instead of 1 at a 1 s
+  // interval), and with the period at max_period the off slice cannot make up for it. A slice
+  // ends at a tick within 5% of min_slice of its due time; toggles stay >= min_slice x 0.95 apart.
+  const TimeNs slack = options_.min_slice / 20;
+  const bool may_toggle = now - d.last_toggle >= options_.min_slice - slack;
+  if (!d.sampled) {
+    if (!d.launch_on) return;
+    double total = 0;
+    for (const auto& [probe, ls] : p.launch) total += static_cast<double>(ls.raw_count);
+    if (d.window_start == 0) d.window_start = now;
+    const TimeNs span = now - d.window_start;
+    if (span < options_.min_slice) return;
+    const double rate = (total - d.window_raw) / static_cast<double>(span);
+    d.added = rate * cost;
+    if (d.added > Aim() && may_toggle) {
+      // Over the target: the window was the first on-slice; its counts give the rate for the
+      // first off slice (taken again over [window start, close start] at the next read).
+      d.sampled = true;
+      d.on_fraction = Aim() / d.added;
+      Schedule(d);
+      for (auto& [probe, ls] : p.launch) {
+        auto it = d.window_keys.find(probe);
+        ls.slice_count = it != d.window_keys.end() ? it->second.first : 0;
+        ls.slice_sum = it != d.window_keys.end() ? it->second.second : 0;
+        ls.rate_count = static_cast<double>(ls.raw_count - std::min(ls.raw_count, ls.slice_count)) /
+                        static_cast<double>(span);
+        ls.rate_sum = static_cast<double>(ls.raw_sum - std::min(ls.raw_sum, ls.slice_sum)) / static_cast<double>(span);
+      }
+      d.on_since = d.window_start;
+      d.slice_open = true;
+      FitOffSlice(d, now - d.window_start);
+      DetachLaunch(p, now);
+      return;
+    }
+    // Next window.
+    d.window_start = now;
+    d.window_raw = total;
+    d.window_keys.clear();
+    for (const auto& [probe, ls] : p.launch) d.window_keys[probe] = {ls.raw_count, ls.raw_sum};
+    return;
+  }
+  if (!may_toggle) return;
+  if (d.launch_on) {
+    if (now - d.on_since >= d.on_ns - slack) DetachLaunch(p, now);
+    return;
+  }
+  bool closed = true;
+  for (const auto& t : d.closing) closed &= t->done.load();
+  if (!closed || d.slice_open) return;  // the slice's rate is taken at the read after the close began
+  if (d.return_exact || now - d.off_since >= d.off_ns - slack) AttachLaunch(p);
 }
 
 Status ProbesCollector::CollectImpl(TimeNs tick_time) {
@@ -429,6 +868,17 @@ Status ProbesCollector::CollectImpl(TimeNs tick_time) {
   if (!bpf_) return Ok();  // degraded since Start: nothing to attach to
   mono_to_real_ = NowNs() - MonotonicNowNs();
   SyncTracked();
+  // Periodic re-calibration (the trap's cost moves with the host's load and kernel). Not while
+  // the agent traces itself: the measurement forgets the agent's own keys.
+  if (options_.cost_ns <= 0 && options_.budget > 0 && options_.recalibrate_every > 0 &&
+      MonotonicNowNs() - calibrated_at_ >= options_.recalibrate_every) {
+    bool self = false;
+    {
+      std::lock_guard lock(mu_);
+      self = procs_.contains(static_cast<int32_t>(getpid()));
+    }
+    if (!self) Calibrate(cost_ns_.load());
+  }
 
   {
     std::lock_guard lock(mu_);
@@ -454,6 +904,9 @@ Status ProbesCollector::CollectImpl(TimeNs tick_time) {
       auto it = procs_.find(static_cast<int32_t>(r.tgid));
       if (it == procs_.end()) return;
       const ProbeSpec* spec = FindProbe(r.probe);
+      analysis_.Add(r, spec != nullptr ? spec->nccl_op : std::string_view());
+      // RecentCollectives keeps collectives and communicator inits; syncs only feed the analysis.
+      if (r.kind != CUDA_REC_COLLECTIVE && r.kind != CUDA_REC_COMM_INIT) return;
       CollectiveRecord c;
       c.time = static_cast<TimeNs>(r.time_ns) + mono_to_real_;
       c.probe = r.probe;
@@ -472,15 +925,21 @@ Status ProbesCollector::CollectImpl(TimeNs tick_time) {
       while (q.size() > options_.records_per_process) q.pop_front();
     });
 
+    analysis_.Flush(MonotonicNowNs());
     std::vector<ProbeBpf::StatEntry> stats;
+    // Before the read: every hit of an attached interval that ends before `now` is in it.
+    const TimeNs now = MonotonicNowNs();
     if (auto s = bpf_->ReadStats(&stats); !s) return s;
     size_t attached = 0, links = 0;
     for (auto& [pid, p] : procs_) {
       if (p.libs.empty()) continue;
       ++attached;
-      for (const auto& l : p.libs) links += l.attachment->links();
+      for (const auto& l : p.libs) links += l.attachment->links() + (l.launch ? l.launch->links() : 0);
+      UpdateLaunchSeries(p, now, stats);
       AppendProcess(p, tick_time, stats);
+      AppendRecordAnalysis(p, tick_time);
       bpf_->ResetMaxima(static_cast<uint32_t>(pid));
+      DutyCycle(p, MonotonicNowNs());
     }
     auto global = [&](const MetricDesc& d, std::string_view label, std::string_view value, double v) {
       const std::string key = d.name + "/" + std::string(value);
@@ -502,6 +961,7 @@ Status ProbesCollector::CollectImpl(TimeNs tick_time) {
     global(ProcessesDesc(), "", "", static_cast<double>(attached));
     global(LostDesc(), "reason", "stats_full", static_cast<double>(g.stats_full));
     global(LostDesc(), "reason", "ring_dropped", static_cast<double>(g.ring_dropped));
+    global(HitCostDesc(), "", "", cost_ns_.load() / 1e9);
   }
   // Exits, after this tick's read so a process's last counts are appended: a pid whose /proc
   // entry is gone is detached now (links, kernel map entries, series state).
@@ -525,14 +985,28 @@ std::vector<ProbesCollector::ProcessStatus> ProbesCollector::Processes() const {
     ProcessStatus s;
     s.pid = pid;
     s.state = p.libs.empty() ? (p.degraded.empty() ? "pending" : "degraded")
-                             : (p.degraded.empty() ? "exact" : "degraded");
+                             : (p.degraded.empty() ? (p.duty.sampled ? "sampled" : "exact") : "degraded");
+    s.on_fraction = p.duty.sampled ? p.duty.on_fraction : 1.0;
+    s.on_ns = p.duty.on_ns;
+    s.off_ns = p.duty.off_ns;
+    s.toggles = p.duty.toggles;
+    s.launch_attached = p.duty.launch_on;
+    for (const auto& t : p.duty.closing) s.closing |= !t->done.load();
+    s.added = p.duty.added;
+    s.on_fraction_achieved = p.duty.sampled ? p.duty.achieved : 0;
+    s.detached_ns = p.duty.detached_ns;
+    for (const auto& [probe, ls] : p.launch) {
+      const ProbeSpec* spec = FindProbe(probe);
+      s.launch.push_back({probe, spec != nullptr ? spec->symbol : std::string_view(), ls.raw_count, ls.rep_count,
+                          ls.rate_count * 1e9});
+    }
     for (const auto& l : p.libs) {
       LibraryStatus ls;
       ls.kind = l.lib.kind;
       ls.path = l.lib.path;
       ls.targets = l.resolved->targets.size();
-      ls.links = l.attachment->links();
-      ls.failed = l.attachment->failed();
+      ls.links = l.attachment->links() + (l.launch ? l.launch->links() : 0);
+      ls.failed = l.attachment->failed() + (l.launch ? l.launch->failed() : 0);
       ls.missing_core = l.resolved->missing_core;
       ls.procaddr_used = l.resolved->procaddr_used;
       ls.procaddr_internal = l.resolved->procaddr_internal;
@@ -554,7 +1028,7 @@ size_t ProbesCollector::open_links() const {
   std::lock_guard lock(mu_);
   size_t n = 0;
   for (const auto& [pid, p] : procs_) {
-    for (const auto& l : p.libs) n += l.attachment->links();
+    for (const auto& l : p.libs) n += l.attachment->links() + (l.launch ? l.launch->links() : 0);
   }
   return n;
 }

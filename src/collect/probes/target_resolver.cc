@@ -16,7 +16,15 @@ namespace {
 using GetProcAddressV2 = int (*)(const char*, void**, int, uint64_t, int*);
 using GetProcAddressV1 = int (*)(const char*, void**, int, uint64_t);
 
-std::string NcclTwin(std::string_view symbol) { return "p" + std::string(symbol); }
+// Built by append rather than `"p" + std::string(...)`: g++ 12 at -O3 warns falsely
+// (-Wrestrict, GCC PR105329) on that operator+.
+std::string NcclTwin(std::string_view symbol) {
+  std::string twin;
+  twin.reserve(symbol.size() + 1);
+  twin.push_back('p');
+  twin.append(symbol);
+  return twin;
+}
 
 }  // namespace
 

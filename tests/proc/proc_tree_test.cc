@@ -1,6 +1,6 @@
 // /proc reads of the job-output collector: launcher detection on command lines, and the real
 // /proc of this machine (parent, children, command line, open TensorBoard files).
-#include "collect/joblog/proc_tree.h"
+#include "collect/proc/proc_tree.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -17,7 +17,7 @@
 
 #include "testutil/testutil.h"
 
-namespace ithbat::collect::joblog {
+namespace ithbat::collect::proc {
 namespace {
 
 TEST(ProcTree, LaunchersAreRecognisedByTheirCommandLine) {
@@ -112,4 +112,4 @@ TEST(ProcTree, OpenProcessFileOpensTheHeldFileAndRefusesAFifo) {
 }
 
 }  // namespace
-}  // namespace ithbat::collect::joblog
+}  // namespace ithbat::collect::proc

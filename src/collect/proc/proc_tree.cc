@@ -1,4 +1,4 @@
-#include "collect/joblog/proc_tree.h"
+#include "collect/proc/proc_tree.h"
 
 #include <array>
 #include <cerrno>
@@ -14,7 +14,7 @@
 
 #include "collect/identity/identity_parse.h"
 
-namespace ithbat::collect::joblog {
+namespace ithbat::collect::proc {
 namespace {
 
 // Reads at most max bytes of a /proc file (they report size 0, so no stat-based bound).
@@ -204,4 +204,4 @@ Result<int> OpenProcessFile(const std::filesystem::path& proc_root, int32_t pid,
   return opened;
 }
 
-}  // namespace ithbat::collect::joblog
+}  // namespace ithbat::collect::proc

@@ -12,7 +12,7 @@
 
 #include "core/result.h"
 
-namespace ithbat::collect::joblog {
+namespace ithbat::collect::proc {
 
 inline constexpr size_t kMaxCmdlineBytes = 4096;
 inline constexpr size_t kMaxArgs = 64;
@@ -49,4 +49,4 @@ std::vector<OpenFileRef> FindTfeventsFiles(const std::filesystem::path& proc_roo
 // kNotFound when the process or fd is gone, kInvalidArgument when not a regular file, kIo.
 Result<int> OpenProcessFile(const std::filesystem::path& proc_root, int32_t pid, int fd);
 
-}  // namespace ithbat::collect::joblog
+}  // namespace ithbat::collect::proc
