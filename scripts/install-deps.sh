@@ -25,6 +25,8 @@ packages=(
   # fuse3: sim/slowfs (ithbat-slowfs, the simulator's slow shared storage; the sched_io tests
   # mount it, which needs /dev/fuse and root).
   libfuse3-dev fuse3
+  # yaml-cpp: the scenario format of the simulator (src/scenario, docs/scenarios.md) is YAML.
+  libyaml-cpp-dev
 )
 
 missing=()

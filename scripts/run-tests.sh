@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the CTest suite one label group at a time (core, store, agent, collect, joblog, probes, serve, cli, sim,
+# Runs the CTest suite one label group at a time (core, store, agent, collect, joblog, probes, serve, cli, sim, scenario,
 # integration, then any test carrying none of those labels) and prints how long each group
 # took, so a slow module shows up in every CI log. Every group runs even when an earlier one
 # fails; the exit status is non-zero if any test failed.
@@ -8,7 +8,7 @@ set -uo pipefail
 
 build=${1:?usage: run-tests.sh BUILD_DIR [JOBS]}
 jobs=${2:-2}
-groups=(core store agent collect joblog probes serve cli sim integration)
+groups=(core store agent collect joblog probes serve cli sim scenario integration)
 known=$(IFS='|'; echo "${groups[*]}")
 
 total_pass=0

@@ -15,6 +15,7 @@
 #include "cli/agent_process.h"
 #include "cli/demo.h"
 #include "cli/parse_command.h"
+#include "cli/scenario_command.h"
 #include "cli/version_info.h"
 #include "core/version.h"
 #include "serve/http_server.h"
@@ -45,6 +46,8 @@ struct CliState {
   CLI::App* metrics_doc_cmd = nullptr;
   ParseCommandOptions parse;
   CLI::App* parse_cmd = nullptr;
+  ScenarioCheckOptions scenario_check;
+  CLI::App* scenario_check_cmd = nullptr;
 };
 
 void BuildApp(CLI::App& app, CliState& st) {
@@ -85,6 +88,15 @@ void BuildApp(CLI::App& app, CliState& st) {
   st.parse_cmd->add_flag("--list", st.parse.list, "List the built-in parsers and exit");
   st.parse_cmd->add_flag("--summary", st.parse.summary, "Print lines, events and the detected framework per file on stderr");
   st.parse_cmd->add_option("files", st.parse.files, "Log files; - or nothing reads stdin");
+  CLI::App* scenario_cmd = app.add_subcommand("scenario", "Scenario files of the simulator (docs/scenarios.md)");
+  scenario_cmd->require_subcommand(1);
+  st.scenario_check_cmd = scenario_cmd->add_subcommand(
+      "check", "Validate scenario files: OK, or every problem as FILE:LINE:COL: FIELD: MESSAGE (exit 1)");
+  st.scenario_check_cmd->add_option("files", st.scenario_check.files, "Scenario files")->required();
+  st.scenario_check_cmd->add_flag("--resolve", st.scenario_check.resolve,
+                                  "Also print the values one run draws, as one JSON line per file");
+  st.scenario_check_cmd->add_option("--seed", st.scenario_check.seed,
+                                    "Seed for --resolve (default: the file's seed, else a fresh one)");
 }
 
 bool IsConfigError(const CLI::ParseError& e) {
@@ -208,6 +220,7 @@ int Main(int argc, const char* const* argv) {
   }
   if (*st.metrics_doc_cmd) return RunMetricsDoc();
   if (*st.parse_cmd) return RunParseCommand(st.parse, stdout, stderr);
+  if (*st.scenario_check_cmd) return RunScenarioCheck(st.scenario_check, stdout, stderr);
   return kExitUsage;  // unreachable: a subcommand is required
 }
 
