@@ -7,6 +7,7 @@
 // Labels: the identity's (Identity::ToLabelPairs: job_id, rank, local_rank, world_size, pid,
 // gpu, gpu_uuid — the unknown ones left out), then the extra ones of the call. The identity is
 // read only when a series is registered: a process keeps the labels it was first seen with.
+// With an empty Identity the series carry only the extra labels: a collector's node-wide series.
 //
 // Not thread-safe (one per process, owned by its collector).
 #include <initializer_list>

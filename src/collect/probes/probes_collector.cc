@@ -942,19 +942,9 @@ Status ProbesCollector::CollectImpl(TimeNs tick_time) {
       DutyCycle(p, MonotonicNowNs());
     }
     auto global = [&](const MetricDesc& d, std::string_view label, std::string_view value, double v) {
-      const std::string key = d.name + "/" + std::string(value);
-      auto it = global_refs_.find(key);
-      if (it == global_refs_.end()) {
-        auto labels = label.empty() ? LabelSet::From({}) : LabelSet::From({{label, value}});
-        if (!labels) return;
-        auto ref = sink_->RegisterSeries(d, *labels);
-        if (!ref) {
-          ReportError(ref.error());
-          return;
-        }
-        it = global_refs_.emplace(key, *ref).first;
-      }
-      if (auto s = sink_->Append(it->second, tick_time, v); !s) ReportError(s.error());
+      agent::ProcessSeries::Labels extra;
+      if (!label.empty()) extra.emplace_back(std::string(label), std::string(value));
+      if (auto s = global_series_.Put(*sink_, Identity{}, d, extra, tick_time, v); !s) ReportError(s.error());
     };
     const cuda_probe_global g = bpf_->Globals();
     global(LinksDesc(), "", "", static_cast<double>(links));

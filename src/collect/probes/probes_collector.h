@@ -291,7 +291,7 @@ class ProbesCollector : public agent::Collector {
   std::map<LibKey, Error> failed_cache_;
   mutable std::mutex mu_;  // guards procs_ for the snapshot accessors
   std::map<int32_t, Proc> procs_;
-  std::map<std::string, SeriesRef> global_refs_;
+  agent::ProcessSeries global_series_;  // node-wide series (no identity labels)
 };
 
 }  // namespace ithbat::collect::probes

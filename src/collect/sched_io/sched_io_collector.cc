@@ -271,19 +271,9 @@ void SchedIoCollector::Put(Root& r, const MetricDesc& desc,
 
 void SchedIoCollector::Global(const MetricDesc& d, std::string_view label, std::string_view value, TimeNs t,
                               double v) {
-  const std::string key = d.name + "/" + std::string(value);
-  auto it = global_refs_.find(key);
-  if (it == global_refs_.end()) {
-    auto labels = label.empty() ? LabelSet::From({}) : LabelSet::From({{label, value}});
-    if (!labels) return;
-    auto ref = sink_->RegisterSeries(d, *labels);
-    if (!ref) {
-      ReportError(ref.error());
-      return;
-    }
-    it = global_refs_.emplace(key, *ref).first;
-  }
-  if (auto s = sink_->Append(it->second, t, v); !s) ReportError(s.error());
+  agent::ProcessSeries::Labels extra;
+  if (!label.empty()) extra.emplace_back(std::string(label), std::string(value));
+  if (auto s = global_series_.Put(*sink_, Identity{}, d, extra, t, v); !s) ReportError(s.error());
 }
 
 void SchedIoCollector::AppendRoot(Root& r, TimeNs t, const sched_io_sched* s,

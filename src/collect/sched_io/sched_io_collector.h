@@ -98,7 +98,7 @@ class SchedIoCollector : public agent::Collector {
   int idle_ticks_ = 0;
   mutable std::mutex mu_;  // guards roots_ for Roots()
   std::map<int32_t, Root> roots_;
-  std::map<std::string, SeriesRef> global_refs_;
+  agent::ProcessSeries global_series_;  // node-wide series (no identity labels)
 };
 
 }  // namespace ithbat::collect::sched_io
