@@ -250,15 +250,30 @@ typedef struct IthbatFakeCudaExternalWork {
   float tensor;
   float dram;
   float pad;
+  // Optional (NULL: duration_ns as given): called once, under the same rules, when the item
+  // starts (poll said ready; start_ns = max(reach, ready)); returns the item's duration from
+  // start_ns, so work whose time depends on conditions at its start (a network transfer over a
+  // link that degraded while the item waited) is timed then. A negative value keeps duration_ns.
+  int64_t (*on_start)(void* ctx, int64_t start_ns);
 } IthbatFakeCudaExternalWork;
+// Callers built before on_start existed pass the shorter size; the fake accepts both.
+#define ITHBAT_FAKE_CUDA_EXTERNAL_WORK_V1_SIZE 64
+static_assert(offsetof(IthbatFakeCudaExternalWork, on_start) == ITHBAT_FAKE_CUDA_EXTERNAL_WORK_V1_SIZE);
 // `stream` as in the driver API (NULL = the current context's legacy default stream,
 // CU_STREAM_PER_THREAD = the calling thread's). Blocks while the device's launch queue is full.
 CUresult ithbat_fake_cuda_enqueue_external(CUstream stream, const IthbatFakeCudaExternalWork* work);
 typedef CUresult (*ithbat_fake_cuda_enqueue_external_fn)(CUstream, const IthbatFakeCudaExternalWork*);
 
 // Kernel and copy costs (defaults from ITHBAT_FAKE_CUDA_KERNEL_NS, ITHBAT_FAKE_CUDA_NS_PER_BLOCK,
-// ITHBAT_FAKE_CUDA_COPY_GBPS, ITHBAT_FAKE_CUDA_D2D_GBPS, ITHBAT_FAKE_CUDA_GRAPH_NS). A kernel takes
-// kernel_ns + ns_per_block × gridX·gridY·gridZ; a copy bytes / bandwidth.
+// ITHBAT_FAKE_CUDA_COPY_GBPS, ITHBAT_FAKE_CUDA_D2D_GBPS, ITHBAT_FAKE_CUDA_GRAPH_NS). Costs are
+// process-wide and apply to launches made after the change. At the GPU's maximum SM clock:
+//   kernel        kernel_ns + ns_per_block × gridX·gridY·gridZ
+//   graph launch  graph_ns (the whole graph: one launch, many kernels' worth of time)
+//   copy          bytes / bandwidth (not clock dependent)
+// Kernels and graphs stretch by max SM clock / current SM clock of the device (the fake state's
+// derived clock: clock cap, power capping, thermal slowdown; sampled at most every 100 ms per
+// device, see ithbat_fake_cuda_refresh_clocks). A workload that wants a kernel of a given
+// duration picks its grid from these costs: ithbat::sim::cuda::GridForDuration below.
 typedef struct IthbatFakeCudaCosts {
   int64_t kernel_ns;
   int64_t ns_per_block;
@@ -282,9 +297,16 @@ typedef struct IthbatFakeCudaStats {
   uint64_t launches_blocked_total;  // launches that had to wait for queue space
   uint64_t intervals_written;       // busy intervals appended to the fake state's timelines
   uint64_t internal_launch_calls;   // calls through the non-exported cuGetProcAddress entry
+  uint64_t clock_refreshes;         // times a device's SM clock was re-read from the fake state
 } IthbatFakeCudaStats;
 void ithbat_fake_cuda_get_stats(IthbatFakeCudaStats* stats);
 typedef void (*ithbat_fake_cuda_get_stats_fn)(IthbatFakeCudaStats*);
+
+// Drops every device's cached SM clock so the next launch re-reads it from the fake state
+// (tests that change a clock cap and want the very next kernel to see it; a workload never needs
+// it: the cache refreshes itself at most 100 ms after a change).
+void ithbat_fake_cuda_refresh_clocks(void);
+typedef void (*ithbat_fake_cuda_refresh_clocks_fn)(void);
 
 // The per-device launch queue bound (the real driver's pushbuffer holds about this many launches).
 #define ITHBAT_FAKE_CUDA_QUEUE_DEPTH 1024
@@ -293,6 +315,83 @@ typedef void (*ithbat_fake_cuda_get_stats_fn)(IthbatFakeCudaStats*);
 }  // extern "C"
 
 namespace ithbat::sim::cuda {
+
+// What a kernel does with the GPU, from its NAME, as profilers see real kernels: the mix the fake
+// writes to the fake state's timeline (NVML utilisation, GPM/prof tensor and DRAM activity follow
+// it). Shares are of the kernel's SM share (min(1, blocks / 132)):
+//
+//   class        name contains (case-insensitive; first row that matches wins)      tensor  dram
+//   gemm         gemm, xmma, hmma, wgmma, cutlass, nvjet                             0.85    0.35
+//   attention    flash_fwd, flash_bwd, flash_attn, fmha                               0.75    0.30
+//   memory       elementwise, vectorized, reduce, softmax, layer_norm, layernorm,     0       0.80
+//                rms_norm, rmsnorm, copy, fill, dropout, embedding, adam,
+//                multi_tensor, index, cat_, gather, scatter
+//   other        (anything else, e.g. "kernel")                                       0.50    0.30
+//
+// Tensor-core kernels are checked first: a GEMM's name often carries its epilogue
+// ("..._gemm_..._relu"), never the reverse. So sm90_xmma_gemm_bf16bf16_*, ampere_*gemm*,
+// cutlass_80_tensorop_*, flash_fwd_kernel<...> (mangled or not) and *_hmma_* use tensor pipes;
+// at::native::vectorized_elementwise_kernel<...>, reduce_kernel<...>, cunn_SoftMaxForward,
+// layer_norm kernels do not.
+struct KernelMix {
+  const char* kind;  // "gemm", "attention", "memory", "other"
+  float tensor;      // share of the kernel's SM share
+  float dram;
+};
+inline bool NameContains(const char* name, const char* needle) {
+  for (const char* p = name; *p != '\0'; ++p) {
+    const char* a = p;
+    const char* b = needle;
+    while (*a != '\0' && *b != '\0' && ((*a >= 'A' && *a <= 'Z') ? *a - 'A' + 'a' : *a) == *b) {
+      ++a;
+      ++b;
+    }
+    if (*b == '\0') return true;
+  }
+  return false;
+}
+inline KernelMix ClassifyKernel(const char* name) {
+  static constexpr const char* kGemm[] = {"gemm", "xmma", "hmma", "wgmma", "cutlass", "nvjet"};
+  static constexpr const char* kAttention[] = {"flash_fwd", "flash_bwd", "flash_attn", "fmha"};
+  static constexpr const char* kMemory[] = {
+      "elementwise", "vectorized",   "reduce", "softmax", "layer_norm", "layernorm",
+      "rms_norm",    "rmsnorm",      "copy",   "fill",    "dropout",    "embedding",
+      "adam",        "multi_tensor", "index",  "cat_",    "gather",     "scatter"};
+  if (name == nullptr) return {"other", 0.5f, 0.3f};
+  for (const char* k : kGemm)
+    if (NameContains(name, k)) return {"gemm", 0.85f, 0.35f};
+  for (const char* k : kAttention)
+    if (NameContains(name, k)) return {"attention", 0.75f, 0.30f};
+  for (const char* k : kMemory)
+    if (NameContains(name, k)) return {"memory", 0.0f, 0.80f};
+  return {"other", 0.5f, 0.3f};
+}
+
+// A grid whose kernel takes `target_ns` at full clock under `costs` (what
+// ithbat_fake_cuda_get_costs returns): blocks = round((target − kernel_ns) / ns_per_block), spread
+// over x (≤ 2^31−1) then y (≤ 65535). Returns the duration the grid gives (within ns_per_block / 2
+// of the target when target > kernel_ns; one block, the shortest kernel, below that), or −1 when the costs
+// cannot express it (ns_per_block 0 and target ≠ kernel_ns: the workload must set ns_per_block first, e.g.
+// 1000 ns, process-wide). The grid also sets the kernel's SM share (blocks / 132, capped at 1): ≥ 132 blocks
+// fill the GPU.
+inline int64_t GridForDuration(const IthbatFakeCudaCosts& costs, int64_t target_ns, unsigned grid[3]) {
+  grid[0] = grid[1] = grid[2] = 1;
+  const int64_t extra = target_ns - costs.kernel_ns;
+  if (costs.ns_per_block <= 0) return extra == 0 ? costs.kernel_ns : -1;
+  if (extra <= 0) return costs.kernel_ns + costs.ns_per_block;  // one block: the shortest kernel
+  uint64_t blocks = static_cast<uint64_t>((extra + costs.ns_per_block / 2) / costs.ns_per_block);
+  if (blocks == 0) blocks = 1;
+  constexpr uint64_t kMaxX = 0x7fffffffULL;
+  if (blocks > kMaxX * 65535ULL) return -1;
+  if (blocks <= kMaxX) {
+    grid[0] = static_cast<unsigned>(blocks);
+  } else {
+    grid[1] = static_cast<unsigned>((blocks + kMaxX - 1) / kMaxX);
+    grid[0] = static_cast<unsigned>(blocks / grid[1]);
+    blocks = static_cast<uint64_t>(grid[0]) * grid[1];
+  }
+  return costs.kernel_ns + costs.ns_per_block * static_cast<int64_t>(blocks);
+}
 // The cuGetProcAddress triple answered with a non-exported function (see the top of this file).
 inline constexpr const char* kNonExportedProcAddressName = "cuLaunchKernel";
 inline constexpr int kNonExportedProcAddressMinVersion = 7000;

@@ -15,11 +15,19 @@
 // of a device run concurrently; the legacy default stream does not implicitly synchronise with
 // other streams (a simplification the probes cannot see).
 //
+// How long work takes: a kernel kernel_ns + ns_per_block × blocks, a graph graph_ns (cuda_abi.h,
+// IthbatFakeCudaCosts), both stretched by the device's max SM clock / current SM clock, which a
+// launch re-reads from the fake state (ComputeDerived: clock cap, power capping, thermal) at
+// most every 100 ms — so a capped or hot GPU runs its kernels slower and its rank becomes a
+// straggler by itself. What a kernel does (tensor pipes or memory) comes from its name
+// (cuda_abi.h, ClassifyKernel) and is written to the timeline with its busy time.
+//
 // One mutex guards everything (the engine, handles, allocations); calls are short. Globals are
 // leaked on purpose: the engine thread may still run while the process exits.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -37,8 +45,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collect/gpu/nvml_abi.h"
 #include "fake_cuda/cuda_abi.h"
 #include "fake_state/fake_state.h"
+#include "fake_state/host_pid.h"
 
 // The opaque handle types (NVIDIA's names), defined only here.
 // NOLINTBEGIN(readability-identifier-naming)
@@ -49,6 +59,9 @@ struct CUfunc_st {
   uint32_t magic;
   CUmod_st* module;
   char name[128];
+  // From the full name (ithbat::sim::cuda::ClassifyKernel): shares of the kernel's SM share.
+  float tensor = 0.5f;
+  float dram = 0.3f;
 };
 // Modules and their functions stay allocated (and reachable) after unload, so a stale handle is
 // rejected by its magic instead of being a use-after-free.
@@ -76,6 +89,7 @@ constexpr uint64_t kContextBytes = 512ULL << 20;  // what a context costs on the
 constexpr uint64_t kAllocAlign = 512;
 constexpr CUdeviceptr kDeviceBase = 0x200000000000ULL;  // device i owns [base + i<<40, base + (i+1)<<40)
 constexpr int kDefaultDriverVersion = 13000;
+constexpr int64_t kClockRefreshNs = 100'000'000;  // a launch re-reads its device's SM clock this often
 
 int64_t NowNs() { return RealtimeNs(); }
 
@@ -117,6 +131,10 @@ struct Device {
   bool process_registered = false;
   CUdeviceptr next_addr = 0;
   OpenInterval interval;
+  // Max SM clock / current SM clock (≥ 1), re-read from the fake state at most every
+  // kClockRefreshNs; clock_read_ns 0 = never read (or dropped by ithbat_fake_cuda_refresh_clocks).
+  double stretch = 1.0;
+  int64_t clock_read_ns = 0;
 };
 
 }  // namespace
@@ -311,6 +329,10 @@ bool TryStart(CUstream_st* s, Item& it, int64_t now, int64_t* next) {
       }
       it.start_ns = std::max(base, ready);
       it.started = true;
+      if (it.ext.on_start != nullptr) {
+        const int64_t ns = it.ext.on_start(it.ext.ctx, it.start_ns);
+        if (ns >= 0) it.duration_ns = ns;
+      }
       it.end_ns = it.start_ns + it.duration_ns;
       return true;
     }
@@ -535,6 +557,44 @@ int64_t CopyNs(size_t bytes, bool d2d) {
   return static_cast<int64_t>(static_cast<double>(bytes) / gbps);  // GB/s = B/ns
 }
 
+// How much longer than at full clock a kernel launched on `d` now takes (see Device::stretch).
+// ComputeDerived scans the timeline, so it runs once per kClockRefreshNs, not per launch.
+double ClockStretch(Device& d, int64_t now) {
+  if (!d.has_state || g->mapping == nullptr) return 1.0;
+  if (d.clock_read_ns != 0 && now - d.clock_read_ns < kClockRefreshNs && now >= d.clock_read_ns)
+    return d.stretch;
+  d.clock_read_ns = now;
+  ++g->stats.clock_refreshes;
+  const FakeStateLayout& layout = *g->mapping->layout();
+  const GpuSlot& slot = layout.gpus[d.state_gpu];
+  GpuConfig c;
+  Derived derived;
+  if (!ReadConfig(slot, &c) || !ComputeDerived(layout, slot, c, now, &derived)) return d.stretch;
+  const double max_clock = c.max_clock_mhz[nvml::NVML_CLOCK_SM];
+  if (max_clock <= 0) return d.stretch = 1.0;
+  double clock = derived.sm_clock_mhz;
+  if (derived.util_busy <= 0) {
+    // Idle (or its work not yet written): NVML reports the idle clock, but the GPU clocks up as
+    // soon as work arrives. Run at the busy clock ComputeDerived would give, less the power cap
+    // (no power is drawn yet; the next refresh sees it): thermal slowdown and the cap still hold.
+    clock = max_clock;
+    if (derived.clock_event_reasons & nvml::nvmlClocksEventReasonSwThermalSlowdown) clock *= 0.85;
+    if (derived.clock_event_reasons &
+        (nvml::nvmlClocksThrottleReasonHwSlowdown | nvml::nvmlClocksThrottleReasonHwThermalSlowdown |
+         nvml::nvmlClocksThrottleReasonHwPowerBrakeSlowdown)) {
+      clock *= 0.5;
+    }
+    if (c.clock_cap_mhz != 0) clock = std::min(clock, static_cast<double>(c.clock_cap_mhz));
+    clock = static_cast<double>(std::lround(clock));  // whole MHz, as ComputeDerived reports it
+  }
+  d.stretch = clock > 0 ? std::max(1.0, max_clock / clock) : 1.0;
+  return d.stretch;
+}
+
+int64_t Stretched(int64_t ns, double stretch) {
+  return static_cast<int64_t>(std::min(static_cast<double>(ns) * stretch, 1e15));
+}
+
 #define ENTER()                                                                    \
   if (g_forked.load(std::memory_order_relaxed)) return CUDA_ERROR_NOT_INITIALIZED; \
   std::unique_lock<std::mutex> lock(g->mu);                                        \
@@ -556,11 +616,13 @@ CUresult LaunchImpl(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigne
   it.kind = ItemKind::kKernel;
   it.busy = true;
   const double per_block = static_cast<double>(g->costs.ns_per_block) * static_cast<double>(blocks);
-  it.duration_ns = g->costs.kernel_ns + static_cast<int64_t>(std::min(per_block, 1e13));
-  // A grid that fills the GPU's 132 SMs keeps them all busy; tensor/DRAM follow in a fixed mix.
+  it.duration_ns = Stretched(g->costs.kernel_ns + static_cast<int64_t>(std::min(per_block, 1e13)),
+                             ClockStretch(g->devices[s->device], NowNs()));
+  // A grid that fills the GPU's 132 SMs keeps them all busy; tensor/DRAM follow the kernel's
+  // class (from its name, cuda_abi.h ClassifyKernel).
   it.sm = static_cast<float>(std::min(1.0, static_cast<double>(blocks) / 132.0));
-  it.tensor = it.sm * 0.5f;
-  it.dram = it.sm * 0.3f;
+  it.tensor = it.sm * f->tensor;
+  it.dram = it.sm * f->dram;
   Push(lock, s, std::move(it));
   return CUDA_SUCCESS;
 }
@@ -580,7 +642,7 @@ CUresult GraphLaunchImpl(CUgraphExec graph, CUstream h, bool per_thread) {
   Item it;
   it.kind = ItemKind::kKernel;
   it.busy = true;
-  it.duration_ns = g->costs.graph_ns;
+  it.duration_ns = Stretched(g->costs.graph_ns, ClockStretch(g->devices[s->device], NowNs()));
   it.sm = 0.8f;
   it.tensor = 0.4f;
   it.dram = 0.3f;
@@ -730,7 +792,7 @@ __attribute__((noipa)) CUresult LaunchKernelPerThreadInternal(CUfunction f, unsi
 // Device list: the fake state's GPUs (CUDA_VISIBLE_DEVICES honoured: indices or UUIDs, stopping
 // at the first invalid entry as CUDA does), or ITHBAT_FAKE_CUDA_DEVICES anonymous H100s.
 CUresult InitLocked() {
-  g->pid = static_cast<uint32_t>(getpid());
+  g->pid = HostPid();
   g->costs.kernel_ns = static_cast<int64_t>(EnvDouble("ITHBAT_FAKE_CUDA_KERNEL_NS", 5000));
   g->costs.ns_per_block = static_cast<int64_t>(EnvDouble("ITHBAT_FAKE_CUDA_NS_PER_BLOCK", 0));
   g->costs.graph_ns = static_cast<int64_t>(EnvDouble("ITHBAT_FAKE_CUDA_GRAPH_NS", 100000));
@@ -1174,6 +1236,11 @@ CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name)
   hmod->functions.push_back(std::make_unique<CUfunc_st>(CUfunc_st{kFuncMagic, hmod, {}}));
   CUfunc_st* f = hmod->functions.back().get();
   std::snprintf(f->name, sizeof(f->name), "%s", name);
+  // Classified on the full name (a mangled template name can be far longer than `name` keeps).
+  const std::string full(name, strnlen(name, 4096));
+  const ithbat::sim::cuda::KernelMix mix = ithbat::sim::cuda::ClassifyKernel(full.c_str());
+  f->tensor = mix.tensor;
+  f->dram = mix.dram;
   *hfunc = f;
   return CUDA_SUCCESS;
 }
@@ -1519,7 +1586,7 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuin
 // Fake-only helpers.
 
 CUresult ithbat_fake_cuda_enqueue_external(CUstream stream, const IthbatFakeCudaExternalWork* work) {
-  if (work == nullptr || work->size < sizeof(IthbatFakeCudaExternalWork) || work->duration_ns < 0) {
+  if (work == nullptr || work->size < ITHBAT_FAKE_CUDA_EXTERNAL_WORK_V1_SIZE || work->duration_ns < 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   ENTER();
@@ -1527,7 +1594,8 @@ CUresult ithbat_fake_cuda_enqueue_external(CUstream stream, const IthbatFakeCuda
   if (CUresult r = ResolveStream(stream, false, &s); r != CUDA_SUCCESS) return r;
   Item it;
   it.kind = ItemKind::kExternal;
-  it.ext = *work;
+  // A caller of the first layout passes fewer bytes: the fields it lacks stay zero (NULL).
+  std::memcpy(&it.ext, work, std::min<size_t>(work->size, sizeof(IthbatFakeCudaExternalWork)));
   it.duration_ns = work->duration_ns;
   it.busy = work->sm > 0 || work->tensor > 0 || work->dram > 0;
   it.sm = std::clamp(work->sm, 0.0f, 1.0f);
@@ -1550,6 +1618,11 @@ void ithbat_fake_cuda_set_costs(const IthbatFakeCudaCosts* costs) {
   g->costs.kernel_ns = std::max<int64_t>(0, g->costs.kernel_ns);
   g->costs.ns_per_block = std::max<int64_t>(0, g->costs.ns_per_block);
   g->costs.graph_ns = std::max<int64_t>(0, g->costs.graph_ns);
+}
+
+void ithbat_fake_cuda_refresh_clocks(void) {
+  std::lock_guard<std::mutex> lock(g->mu);
+  for (Device& d : g->devices) d.clock_read_ns = 0;
 }
 
 void ithbat_fake_cuda_get_stats(IthbatFakeCudaStats* stats) {

@@ -18,6 +18,18 @@
 // stores (stamp time, then seq with release), reads atomic loads, so processes never race.
 // The last rank to destroy its communicator removes the file; a crashed job leaves it behind.
 //
+// The network (sim/net/net_state.h): with ITHBAT_SIM_NET (the world's net state file),
+// ITHBAT_SIM_NIC (this rank's NIC slot in it) and ITHBAT_SIM_NODE_ID (its node) set, each rank
+// publishes its node and NIC in the communicator's file at init. A collective of a communicator
+// whose ranks sit on more than one node then crosses the fabric: it takes latency + bus bytes /
+// the smallest EffectiveBytesPerSecond over the ranks' NICs, sampled when it starts (every peer
+// arrived); a send/recv between two nodes the same over the pair's two NICs. While a NIC it
+// needs carries nothing (health 0: link down; or fully congested) the item keeps waiting — the
+// rank's stream, and so its peers, hang until the link comes back. Each rank adds its own bus
+// bytes (collectives: tx and rx; send: tx; recv: rx) to its NIC's counters, and to tx_wait_ns
+// the time its transfer took beyond the healthy one (health 1, congestion 0). Ranks on one node,
+// or without the variables: the NVLink model below, exactly as before.
+//
 // Profiler plugins (profiler_plugin.h): like NCCL, the first communicator init loads
 // NCCL_PROFILER_PLUGIN (a name -> libnccl-profiler-<name>.so, or a path; unset -> libnccl-profiler.so
 // if there is one; "none" -> no plugin), takes the newest of ncclProfiler_v6/_v5/_v4, calls its
@@ -45,6 +57,8 @@
 
 #include "fake_nccl/nccl_abi.h"
 #include "fake_nccl/profiler_plugin.h"
+#include "fake_state/host_pid.h"
+#include "net/net_state.h"
 // One definition with the BPF program (bpf/ is not on this target's include path).
 #include "nccl_comm_hash.h"
 static_assert(NCCL_UNIQUE_ID_BYTES == ITHBAT_NCCL_UNIQUE_ID_BYTES);
@@ -53,8 +67,8 @@ namespace ithbat::sim::nccl {
 namespace {
 
 constexpr uint64_t kShmMagic = 0x4c4343444e485449ULL;  // "ITHNDCCL"-ish tag
-constexpr uint32_t kShmVersion = 1;
-constexpr uint64_t kIdMagic = 0x6469636e63636e69ULL;  // leading bytes of our unique ids
+constexpr uint32_t kShmVersion = 2;                    // 2: ranks publish node and NIC (network model)
+constexpr uint64_t kIdMagic = 0x6469636e63636e69ULL;   // leading bytes of our unique ids
 constexpr int kCollRing = 256;
 constexpr int kP2pRing = 8;
 constexpr uint32_t kCommMagic = 0x4e43434d;
@@ -69,6 +83,10 @@ struct RankSlot {
   uint32_t joined;
   int32_t cuda_dev;
   uint32_t destroyed;
+  uint32_t node_plus1;  // ITHBAT_SIM_NODE_ID + 1 (0: not in a simulated world)
+  uint32_t nic_plus1;   // ITHBAT_SIM_NIC + 1
+  uint32_t ready;       // 1 once the fields above are written (bootstrap waits for it)
+  uint32_t pad;
   Stamp coll[kCollRing];
 };
 
@@ -149,6 +167,48 @@ const CudaLink& Cuda() {
   return link;
 }
 
+// This process's place in the simulated fabric (from the environment, read once).
+struct NetLink {
+  net::NetStateMapping* map = nullptr;  // leaked: work items may use it while the process exits
+  uint32_t nic = 0;
+  uint32_t node = 0;
+};
+
+bool EnvIndex(const char* name, uint32_t* out) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return false;
+  char* end = nullptr;
+  const unsigned long x = std::strtoul(v, &end, 10);
+  if (end == v || *end != '\0' || x >= 1'000'000) return false;
+  *out = static_cast<uint32_t>(x);
+  return true;
+}
+
+const NetLink& Net() {
+  static const NetLink link = [] {
+    NetLink l;
+    const char* path = std::getenv("ITHBAT_SIM_NET");
+    if (path == nullptr || *path == '\0') return l;
+    if (!EnvIndex("ITHBAT_SIM_NIC", &l.nic) || !EnvIndex("ITHBAT_SIM_NODE_ID", &l.node)) {
+      std::fprintf(stderr,
+                   "fake libnccl: ITHBAT_SIM_NET without a valid ITHBAT_SIM_NIC/ITHBAT_SIM_NODE_ID: "
+                   "no network model\n");
+      return l;
+    }
+    auto* map = new net::NetStateMapping();
+    const char* why = "";
+    if (!map->Open(path, &why) || map->nic(l.nic) == nullptr) {
+      std::fprintf(stderr, "fake libnccl: %s: %s: no network model\n", path,
+                   map->layout() == nullptr ? why : "ITHBAT_SIM_NIC is not a slot of the file");
+      delete map;
+      return l;
+    }
+    l.map = map;
+    return l;
+  }();
+  return link;
+}
+
 std::string ShmPath(const ncclUniqueId& id) {
   const char* dir = std::getenv("ITHBAT_FAKE_NCCL_SHM_DIR");
   std::string path = (dir != nullptr && *dir != '\0') ? dir : "/dev/shm";
@@ -182,6 +242,11 @@ struct ncclComm {
   void* prof_ctx = nullptr;                                // the profiler plugin's context (nullptr: none)
   uint64_t comm_hash = 0;                                  // what the plugin is told as commId
   uint64_t prof_seq[ithbat::sim::nccl::kProfFuncs] = {};   // NCCL numbers collectives per function
+  // Network model (set after bootstrap): every rank's node and NIC slot, when every rank
+  // published one and this process has the net state; empty otherwise (NVLink model only).
+  std::vector<uint32_t> nodes;
+  std::vector<uint32_t> nics;
+  bool spans_nodes = false;  // collectives cross the fabric
 };
 // NOLINTEND(readability-identifier-naming)
 
@@ -193,7 +258,9 @@ struct Op {
   OpKind kind;
   int peer;
   uint64_t seq;
-  ProfOp prof;  // what the profiler plugin is told (func, count, type, root/peer)
+  ProfOp prof;            // what the profiler plugin is told (func, count, type, root/peer)
+  double bus_bytes = 0;   // this rank's bytes on the wire (nccl-tests' bus bytes)
+  int64_t nvlink_ns = 0;  // its time over NVLink (the model when it stays on one node)
 };
 
 // One fused work item: the ops of one call (or one group) on one communicator and stream.
@@ -201,7 +268,47 @@ struct Work {
   ncclComm* comm;
   std::vector<Op> ops;
   int64_t duration_ns = 0;
+  bool link_was_down = false;  // a poll found a NIC it needs down: ready no earlier than it is back
 };
+
+double LatencyNs() {
+  static const double latency = EnvDouble("ITHBAT_FAKE_NCCL_LATENCY_NS", 10000);
+  return latency;
+}
+
+// Time on NVLink: nccl-tests' bus bytes (§4.3) over ITHBAT_FAKE_NCCL_GBPS, plus a latency.
+int64_t OpNs(double bus_bytes) {
+  static const double gbps = EnvDouble("ITHBAT_FAKE_NCCL_GBPS", 200);
+  return static_cast<int64_t>(LatencyNs() + (gbps > 0 ? bus_bytes / gbps : 0));
+}
+
+// Whether `op` goes through the NICs: a collective of a communicator on several nodes, or a
+// send/recv whose peer is on another node.
+bool CrossesNodes(const ncclComm* c, const Op& op) {
+  if (c->nics.empty()) return false;
+  if (op.kind == OpKind::kColl) return c->spans_nodes;
+  return c->nodes[static_cast<size_t>(op.peer)] != c->nodes[static_cast<size_t>(c->rank)];
+}
+
+// Bytes/s the transfer gets: the slowest NIC it uses (every rank's for a collective — a ring
+// runs at its slowest link —, the pair's for send/recv); `healthy`: at line rate.
+double LinkBytesPerSecond(const ncclComm* c, const Op& op, bool healthy) {
+  const net::NetStateMapping* map = Net().map;
+  double bw = -1;
+  auto use = [&](uint32_t slot) {
+    const net::NicSlot* nic = map->nic(slot);
+    if (nic == nullptr) return;
+    const double b = healthy ? static_cast<double>(nic->rate_bps) / 8.0 : net::EffectiveBytesPerSecond(*nic);
+    bw = bw < 0 ? b : std::min(bw, b);
+  };
+  if (op.kind == OpKind::kColl) {
+    for (uint32_t slot : c->nics) use(slot);
+  } else {
+    use(c->nics[static_cast<size_t>(c->rank)]);
+    use(c->nics[static_cast<size_t>(op.peer)]);
+  }
+  return std::max(bw, 0.0);
+}
 
 Stamp* OwnStamp(ncclComm* c, const Op& op) {
   CommShared* s = c->shm;
@@ -256,8 +363,51 @@ int Poll(void* ctx, int64_t* ready_ns) {
         break;
     }
   }
+  // Every peer is there; a transfer over a link that carries nothing waits for it (the NCCL
+  // kernel spins, the peers' kernels with it).
+  bool down = false;
+  for (const Op& op : w->ops) {
+    if (CrossesNodes(c, op) && LinkBytesPerSecond(c, op, false) <= 0) down = true;
+  }
+  if (down) {
+    w->link_was_down = true;
+    return 0;
+  }
+  if (w->link_was_down) ready = std::max(ready, NowNs());
   *ready_ns = ready;
   return 1;
+}
+
+// When the item starts: time the transfers that cross the fabric with the links as they are
+// now, and count their bytes and extra wait on this rank's NIC.
+int64_t OnStart(void* ctx, int64_t start_ns) {
+  (void)start_ns;
+  auto* w = static_cast<Work*>(ctx);
+  ncclComm* c = w->comm;
+  if (Load(&c->shm->aborted) != 0) return 0;  // aborted kernels exit
+  bool any = false;
+  int64_t total = 0;
+  for (const Op& op : w->ops) {
+    if (!CrossesNodes(c, op)) {
+      total += op.nvlink_ns;
+      continue;
+    }
+    any = true;
+    const double bw = LinkBytesPerSecond(c, op, false);
+    const double healthy_bw = LinkBytesPerSecond(c, op, true);
+    const double latency = LatencyNs();
+    const double ns = latency + (bw > 0 ? op.bus_bytes / bw * 1e9 : 0);
+    const double healthy_ns = latency + (healthy_bw > 0 ? op.bus_bytes / healthy_bw * 1e9 : 0);
+    total += static_cast<int64_t>(ns);
+    net::NicSlot* nic = Net().map->nic(c->nics[c->rank]);
+    const auto bytes = static_cast<uint64_t>(op.bus_bytes);
+    if (op.kind != OpKind::kRecv) {
+      net::Add(&nic->tx_bytes, bytes);
+      if (ns > healthy_ns) net::Add(&nic->tx_wait_ns, static_cast<uint64_t>(ns - healthy_ns));
+    }
+    if (op.kind != OpKind::kSend) net::Add(&nic->rx_bytes, bytes);
+  }
+  return any ? total : -1;
 }
 
 void OnComplete(void* ctx, int64_t end_ns) {
@@ -265,13 +415,6 @@ void OnComplete(void* ctx, int64_t end_ns) {
   for (Op& op : w->ops) ProfilerKernelStop(&op.prof, end_ns);
   w->comm->pending.fetch_sub(1, std::memory_order_acq_rel);
   delete w;
-}
-
-// Time on the wire: nccl-tests' bus bytes (§4.3) over ITHBAT_FAKE_NCCL_GBPS, plus a latency.
-int64_t OpNs(double bus_bytes) {
-  static const double gbps = EnvDouble("ITHBAT_FAKE_NCCL_GBPS", 200);
-  static const double latency = EnvDouble("ITHBAT_FAKE_NCCL_LATENCY_NS", 10000);
-  return static_cast<int64_t>(latency + (gbps > 0 ? bus_bytes / gbps : 0));
 }
 
 struct Pending {
@@ -295,6 +438,7 @@ ncclResult_t Submit(ncclComm* comm, cudaStream_t stream, std::vector<Op> ops, in
   ext.on_reach = OnReach;
   ext.poll = Poll;
   ext.on_complete = OnComplete;
+  if (!comm->nics.empty()) ext.on_start = OnStart;
   ext.duration_ns = duration_ns;
   ext.sm = 0.1f;  // NCCL kernels use a few SMs and spin while they wait
   ext.dram = 0.2f;
@@ -318,7 +462,7 @@ ncclResult_t Issue(ncclComm_t comm, cudaStream_t stream, OpKind kind, int peer, 
     return Fail(ncclInvalidArgument, "invalid peer");
   if (kind == OpKind::kColl && prof.func_index >= 0 && prof.func_index < kProfFuncs)
     prof.seq_number = comm->prof_seq[prof.func_index]++;
-  Op op{kind, peer, 0, prof};
+  Op op{kind, peer, 0, prof, bus_bytes, OpNs(bus_bytes)};
   switch (kind) {
     case OpKind::kColl:
       op.seq = comm->coll_seq++;
@@ -330,7 +474,7 @@ ncclResult_t Issue(ncclComm_t comm, cudaStream_t stream, OpKind kind, int peer, 
       op.seq = comm->recv_count[peer]++;
       break;
   }
-  const int64_t ns = OpNs(bus_bytes);
+  const int64_t ns = op.nvlink_ns;  // a cross-node op is timed again when it starts (OnStart)
   if (t_group_depth > 0) {
     t_group.push_back(Pending{comm, stream, op, ns});
     return ncclSuccess;
@@ -375,15 +519,27 @@ ncclResult_t Join(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
   uint64_t expected_magic = 0;
   __atomic_compare_exchange_n(&s->magic, &expected_magic, kShmMagic, false, __ATOMIC_ACQ_REL,
                               __ATOMIC_ACQUIRE);
-  Store(&s->version, kShmVersion);
+  uint32_t expected_version = 0;
+  __atomic_compare_exchange_n(&s->version, &expected_version, kShmVersion, false, __ATOMIC_ACQ_REL,
+                              __ATOMIC_ACQUIRE);
+  if (expected_version != 0 && expected_version != kShmVersion) {
+    munmap(p, sizeof(CommShared));
+    return Fail(ncclInvalidUsage, "ranks run fake libnccl builds of different shared-file versions");
+  }
   uint32_t not_joined = 0;
   if (!__atomic_compare_exchange_n(&s->ranks[rank].joined, &not_joined, 1u, false, __ATOMIC_ACQ_REL,
                                    __ATOMIC_ACQUIRE)) {
     munmap(p, sizeof(CommShared));
     return Fail(ncclInvalidUsage, "rank " + std::to_string(rank) + " joined twice");
   }
-  Store(&s->ranks[rank].pid, static_cast<uint32_t>(getpid()));
+  Store(&s->ranks[rank].pid, HostPid());
   Store(&s->ranks[rank].cuda_dev, cuda_dev);
+  const NetLink& net = Net();
+  if (net.map != nullptr) {
+    Store(&s->ranks[rank].node_plus1, net.node + 1);
+    Store(&s->ranks[rank].nic_plus1, net.nic + 1);
+  }
+  Store(&s->ranks[rank].ready, 1u);
   __atomic_add_fetch(&s->refs, 1u, __ATOMIC_ACQ_REL);
   auto* c = new ncclComm();
   c->shm = s;
@@ -402,7 +558,7 @@ ncclResult_t WaitAllJoined(ncclComm_t c) {
   const int64_t deadline = NowNs() + static_cast<int64_t>(timeout_s * 1e9);
   for (;;) {
     int joined = 0;
-    for (int r = 0; r < c->nranks; ++r) joined += Load(&c->shm->ranks[r].joined) != 0;
+    for (int r = 0; r < c->nranks; ++r) joined += Load(&c->shm->ranks[r].ready) != 0;
     if (joined == c->nranks) return ncclSuccess;
     if (NowNs() > deadline) return Fail(ncclSystemError, "bootstrap timed out waiting for the other ranks");
     SleepNs(1'000'000);
@@ -414,6 +570,23 @@ int CurrentDevice() {
   CUdevice d = 0;
   if (cuda.ctx_get_device != nullptr && cuda.ctx_get_device(&d) == CUDA_SUCCESS) return d;
   return 0;
+}
+
+// After bootstrap (every rank published): where the ranks sit in the fabric. Without a node and
+// NIC from every rank, or without the net state here, the communicator stays on the NVLink model.
+void SetupNet(ncclComm* c) {
+  if (Net().map == nullptr) return;
+  std::vector<uint32_t> nodes, nics;
+  for (int r = 0; r < c->nranks; ++r) {
+    const uint32_t node = Load(&c->shm->ranks[r].node_plus1);
+    const uint32_t nic = Load(&c->shm->ranks[r].nic_plus1);
+    if (node == 0 || nic == 0 || Net().map->nic(nic - 1) == nullptr) return;
+    nodes.push_back(node - 1);
+    nics.push_back(nic - 1);
+  }
+  c->spans_nodes = std::any_of(nodes.begin(), nodes.end(), [&](uint32_t n) { return n != nodes[0]; });
+  c->nodes = std::move(nodes);
+  c->nics = std::move(nics);
 }
 
 // After bootstrap, as NCCL does: the profiler plugin's init for this communicator.
@@ -434,6 +607,7 @@ ncclResult_t InitRank(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int 
     *comm = nullptr;
     return r;
   }
+  SetupNet(*comm);
   ProfilerInitComm(*comm, id, name);
   return r;
 }
@@ -530,7 +704,10 @@ ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
       return r;
     }
   }
-  for (int i = 0; i < ndev; ++i) ProfilerInitComm(comms[i], id, nullptr);
+  for (int i = 0; i < ndev; ++i) {
+    SetupNet(comms[i]);
+    ProfilerInitComm(comms[i], id, nullptr);
+  }
   return ncclSuccess;  // every rank joined from this process: nothing to wait for
 }
 
@@ -569,8 +746,8 @@ ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   *asyncError = ncclSuccess;
   if (Load(&comm->shm->aborted) != 0) *asyncError = ncclRemoteError;
   for (int r = 0; r < comm->nranks; ++r) {
-    const auto pid = static_cast<pid_t>(Load(&comm->shm->ranks[r].pid));
-    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) *asyncError = ncclRemoteError;
+    const uint32_t pid = Load(&comm->shm->ranks[r].pid);
+    if (pid > 0 && !ithbat::sim::HostPidAlive(pid)) *asyncError = ncclRemoteError;
   }
   return ncclSuccess;
 }

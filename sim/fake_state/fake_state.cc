@@ -1,6 +1,7 @@
 #include "fake_state/fake_state.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "collect/gpu/nvml_abi.h"
+#include "fake_state/host_pid.h"
 
 namespace ithbat::sim {
 namespace {
@@ -129,7 +131,7 @@ void StoreWords(const void* src, void* dst, size_t bytes) {
 
 // Returns true when it took the lock over from a dead holder.
 bool AcquireLock(uint32_t* lock) {
-  const uint32_t me = static_cast<uint32_t>(getpid());
+  const uint32_t me = HostPid();
   int64_t started = 0;
   for (uint64_t spins = 0;; ++spins) {
     uint32_t expected = 0;
@@ -140,7 +142,7 @@ bool AcquireLock(uint32_t* lock) {
     if (started == 0) started = RealtimeNs();
     // A writer holds the lock for microseconds; after 100 ms check whether it is still alive.
     if (expected != me && RealtimeNs() - started > 100'000'000 &&
-        kill(static_cast<pid_t>(expected), 0) == -1 && errno == ESRCH) {
+        !HostPidAlive(expected)) {
       if (__atomic_compare_exchange_n(lock, &expected, me, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return true;
     }

@@ -1,11 +1,14 @@
 // Loads the built fake libcuda.so.1 with dlopen (as a probe target is loaded by a job) and checks
 // the ABI behaviour the probes rely on: the §5 exports, cuGetProcAddress (exported addresses,
 // and the one documented non-exported entry), blocking semantics of syncs and of the launch
-// queue, and busy time reaching the fake state (so the fake NVML sees utilisation). Also reads
+// queue, and busy time reaching the fake state (so the fake NVML sees utilisation). And the
+// virtual GPU's realism: kernel time stretching with the SM clock the fake state derives (cap,
+// thermal, power), tensor/DRAM shares from kernel names, grids chosen for a target duration. Also reads
 // the ELF dynamic symbol tables of the fakes and, where they exist on the machine, of a real
 // CUDA stub libcuda.so and libnccl.so.2, and reports which probe targets each has.
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -448,6 +451,190 @@ TEST_F(FakeCudaTest, BusyTimeReachesTheStateAndUtilisationRises) {
   EXPECT_GT(busy.util_busy, 0.5);
   EXPECT_GT(busy.power_instant_mw, idle.power_instant_mw);
   ASSERT_EQ(CU(cuCtxSetCurrent)(ctx_), CUDA_SUCCESS);
+}
+
+// The simulated time between two events around one launch (ms), with a refreshed clock. A gate
+// holds the stream until all three are queued, so host time between the calls does not count.
+double KernelMs(CUstream s, CUfunction f, unsigned gx = 1, unsigned gy = 1) {
+  CU(ithbat_fake_cuda_refresh_clocks)();
+  CUevent a = nullptr, b = nullptr;
+  CU(cuEventCreate)(&a, CU_EVENT_DEFAULT);
+  CU(cuEventCreate)(&b, CU_EVENT_DEFAULT);
+  Gate gate;
+  EXPECT_EQ(gate.Enqueue(s), CUDA_SUCCESS);
+  CU(cuEventRecord)(a, s);
+  EXPECT_EQ(CU(cuLaunchKernel)(f, gx, gy, 1, 128, 1, 1, 0, s, nullptr, nullptr), CUDA_SUCCESS);
+  CU(cuEventRecord)(b, s);
+  gate.Open();
+  EXPECT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  float ms = -1;
+  EXPECT_EQ(CU(cuEventElapsedTime)(&ms, a, b), CUDA_SUCCESS);
+  CU(cuEventDestroy_v2)(a);
+  CU(cuEventDestroy_v2)(b);
+  return ms;
+}
+
+// Puts GPU 0's clock cap and temperature offset back, whatever the test did.
+struct RestoreClock {
+  ~RestoreClock() {
+    (void)Driver::Get().state().Modify(0, [](GpuConfig& c) {
+      c.clock_cap_mhz = 0;
+      c.temp_offset_c = 0;
+      c.power_limit_mw = FindModel(static_cast<GpuModel>(c.model))->power_limit_mw;
+    });
+    CU(ithbat_fake_cuda_refresh_clocks)();
+  }
+};
+
+TEST_F(FakeCudaTest, KernelTimeStretchesWithTheSmClock) {
+  RestoreClock restore;
+  constexpr int64_t kKernelNs = 4'000'000;
+  SetKernelNs(kKernelNs);
+  FakeState& state = Driver::Get().state();
+  auto config = state.Config(0);
+  ASSERT_TRUE(config);
+  const double max_mhz = config->max_clock_mhz[1];  // NVML_CLOCK_SM
+  ASSERT_GT(max_mhz, 0);
+  EXPECT_NEAR(KernelMs(stream_, fn_), kKernelNs / 1e6, 1e-3);  // full clock: the cost as set
+
+  // A clock cap at half the maximum: twice the time (simulated, so exactly).
+  ASSERT_TRUE(state.Modify(0, [&](GpuConfig& c) { c.clock_cap_mhz = static_cast<uint32_t>(max_mhz / 2); }));
+  EXPECT_NEAR(KernelMs(stream_, fn_), 2 * kKernelNs / 1e6, 1e-3);
+
+  // Software thermal slowdown (temperature between the SW and HW thresholds): 85 % clock.
+  ASSERT_TRUE(state.Modify(0, [](GpuConfig& c) { c.clock_cap_mhz = 0; }));
+  Derived now;
+  ASSERT_TRUE(ComputeDerived(state.layout(), state.layout().gpus[0], *config, RealtimeNs(), &now));
+  const double target_c = (config->sw_thermal_slowdown_c + config->hw_thermal_slowdown_c) / 2.0;
+  ASSERT_TRUE(state.SetTemperatureOffset(0, static_cast<int32_t>(std::lround(target_c - now.temperature_c))));
+  const double expected_mhz = std::lround(max_mhz * 0.85);
+  EXPECT_NEAR(KernelMs(stream_, fn_), kKernelNs / 1e6 * max_mhz / expected_mhz, 1e-3);
+
+  // Power capping: heavy work just now under a power limit far below what it asks for; the
+  // fake state clamps the clock at half the maximum.
+  ASSERT_TRUE(state.SetTemperatureOffset(0, 0));
+  const uint32_t idle_mw = config->idle_power_mw;
+  ASSERT_TRUE(state.SetPowerLimit(0, idle_mw + (config->power_limit_mw - idle_mw) / 3));
+  const int64_t t = RealtimeNs();
+  // (A mix that stays under the model's normal limit: the check after this one runs uncapped.)
+  ASSERT_TRUE(state.AddBusyInterval(0, t - 150'000'000, t, 1.0, 0.5, 0.5));
+  EXPECT_NEAR(KernelMs(stream_, fn_), 2 * kKernelNs / 1e6, 1e-3);
+
+  // Back to normal: the cost as set again.
+  ASSERT_TRUE(state.SetPowerLimit(0, config->power_limit_mw));
+  EXPECT_NEAR(KernelMs(stream_, fn_), kKernelNs / 1e6, 1e-3);
+}
+
+TEST_F(FakeCudaTest, ClockIsReadAtMostEvery100Ms) {
+  SetKernelNs(1000);
+  CU(ithbat_fake_cuda_refresh_clocks)();
+  const uint64_t before = Stats().clock_refreshes;
+  const int64_t t0 = RealtimeNs();
+  for (int i = 0; i < 2000; ++i) ASSERT_EQ(Launch(stream_), CUDA_SUCCESS);
+  const int64_t t1 = RealtimeNs();
+  ASSERT_EQ(CU(cuStreamSynchronize)(stream_), CUDA_SUCCESS);
+  const uint64_t refreshes = Stats().clock_refreshes - before;
+  EXPECT_GE(refreshes, 1u);  // the first launch after the refresh request
+  EXPECT_LE(refreshes, static_cast<uint64_t>(1 + (t1 - t0) / 100'000'000 + 1));
+}
+
+TEST(FakeCudaKernelNames, ClassesLikeRealKernels) {
+  using ithbat::sim::cuda::ClassifyKernel;
+  EXPECT_STREQ(
+      ClassifyKernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_"
+                     "execute_segment_k_off_kernel__5x_cublas")
+          .kind,
+      "gemm");
+  EXPECT_STREQ(ClassifyKernel("ampere_bf16_s16816gemm_bf16_128x256_ldg8_f2f_stages_64x3_nn").kind, "gemm");
+  EXPECT_STREQ(ClassifyKernel("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8").kind,
+               "gemm");
+  EXPECT_STREQ(ClassifyKernel("volta_fp16_hmma_s884_nt").kind, "gemm");
+  EXPECT_STREQ(ClassifyKernel("_Z16flash_fwd_kernelI23Flash_fwd_kernel_traitsILi128ELi128ELi64ELi4EEEv").kind,
+               "attention");
+  EXPECT_STREQ(ClassifyKernel("flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel").kind, "attention");
+  EXPECT_STREQ(
+      ClassifyKernel("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+                     "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "
+                     "at::detail::Array<char*, 1>)")
+          .kind,
+      "memory");
+  EXPECT_STREQ(
+      ClassifyKernel("_ZN2at6native13reduce_kernelILi512ELi1ENS0_8ReduceOpIfNS0_9func_wrapper_t").kind,
+      "memory");
+  EXPECT_STREQ(ClassifyKernel("cunn_SoftMaxForward").kind, "memory");
+  // cuBLAS's split-K epilogue is a reduction, not a GEMM; vLLM's fused norm is memory-bound.
+  EXPECT_STREQ(
+      ClassifyKernel("_ZN8cublasLt19splitKreduce_kernelILi32ELi16EifN3c108BFloat16EfS2_Lb0ELb0ELb0EEEv").kind,
+      "memory");
+  EXPECT_STREQ(
+      ClassifyKernel("_ZN4vllm24fused_add_rms_norm_kernelIN3c108BFloat16ELi8EEEvPT_S4_PKS3_fii").kind,
+      "memory");
+  EXPECT_STREQ(ClassifyKernel("flash_fwd_splitkv_kernel").kind, "attention");
+  EXPECT_STREQ(ClassifyKernel("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel").kind,
+               "memory");
+  EXPECT_STREQ(ClassifyKernel("kernel").kind, "other");
+  EXPECT_STREQ(ClassifyKernel(nullptr).kind, "other");
+  for (const char* gemm : {"sm90_xmma_gemm_x", "flash_fwd_kernel"}) {
+    EXPECT_GE(ClassifyKernel(gemm).tensor, 0.7f);
+    EXPECT_LE(ClassifyKernel(gemm).tensor, 0.9f);
+  }
+  EXPECT_EQ(ClassifyKernel("reduce_kernel").tensor, 0.0f);
+  EXPECT_GT(ClassifyKernel("reduce_kernel").dram, ClassifyKernel("sm90_xmma_gemm_x").dram);
+}
+
+// What the name says reaches the fake state's timeline: NVML's tensor activity follows the mix.
+TEST_F(FakeCudaTest, TensorShareByNameReachesTheTimeline) {
+  constexpr int64_t kKernelNs = 2'000'000;
+  constexpr int kKernels = 10;
+  SetKernelNs(kKernelNs);
+  FakeState& state = Driver::Get().state();
+  const GpuSlot& slot = state.layout().gpus[0];
+  auto config = state.Config(0);
+  ASSERT_TRUE(config);
+  const char* names[] = {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "flash_fwd_kernel",
+                         "void at::native::vectorized_elementwise_kernel<4>", "kernel"};
+  for (const char* name : names) {
+    CUfunction f = nullptr;
+    ASSERT_EQ(CU(cuModuleGetFunction)(&f, module_, name), CUDA_SUCCESS);
+    const int64_t t0 = RealtimeNs();
+    for (int i = 0; i < kKernels; ++i) {
+      ASSERT_EQ(CU(cuLaunchKernel)(f, 132, 1, 1, 128, 1, 1, 0, stream_, nullptr, nullptr), CUDA_SUCCESS);
+    }
+    ASSERT_EQ(CU(cuStreamSynchronize)(stream_), CUDA_SUCCESS);  // idle: the stretch is written
+    const int64_t t1 = RealtimeNs();
+    WindowSums sums;
+    ASSERT_TRUE(SumWindow(slot, *config, t0, t1, static_cast<uint32_t>(getpid()), &sums));
+    ASSERT_GT(sums.busy_ns, 0.99 * kKernels * kKernelNs) << name;
+    const auto mix = ithbat::sim::cuda::ClassifyKernel(name);
+    EXPECT_NEAR(sums.sm_ns / sums.busy_ns, 1.0, 1e-3) << name;  // 132 blocks: every SM
+    EXPECT_NEAR(sums.tensor_ns / sums.busy_ns, mix.tensor, 1e-3) << name;
+    EXPECT_NEAR(sums.dram_ns / sums.busy_ns, mix.dram, 1e-3) << name;
+  }
+}
+
+// A workload picks the grid for a kernel of a given length from the costs it reads.
+TEST_F(FakeCudaTest, GridForDurationGivesThatDuration) {
+  IthbatFakeCudaCosts costs = saved_costs_;
+  costs.kernel_ns = 5000;
+  costs.ns_per_block = 1000;
+  CU(ithbat_fake_cuda_set_costs)(&costs);
+  IthbatFakeCudaCosts read{};
+  CU(ithbat_fake_cuda_get_costs)(&read);
+  unsigned grid[3];
+  for (int64_t target : {2'500'000LL, 12'345'678LL}) {
+    const int64_t got = ithbat::sim::cuda::GridForDuration(read, target, grid);
+    EXPECT_LE(std::abs(got - target), read.ns_per_block / 2) << target;
+    EXPECT_NEAR(KernelMs(stream_, fn_, grid[0], grid[1]), got / 1e6, 1e-3) << target;
+  }
+  EXPECT_EQ(ithbat::sim::cuda::GridForDuration(read, 100, grid), 6000);  // one block: the shortest
+  // More blocks than gridDimX holds spill into y.
+  const int64_t huge = ithbat::sim::cuda::GridForDuration(read, 5'000'000'000'000LL, grid);
+  EXPECT_GT(grid[1], 1u);
+  EXPECT_LE(std::abs(huge - 5'000'000'000'000LL), 5'000'000'000'000LL / 1000);
+  IthbatFakeCudaCosts flat = read;
+  flat.ns_per_block = 0;
+  EXPECT_EQ(ithbat::sim::cuda::GridForDuration(flat, 2'000'000, grid), -1);  // must set ns_per_block
+  EXPECT_EQ(ithbat::sim::cuda::GridForDuration(flat, flat.kernel_ns, grid), flat.kernel_ns);
 }
 
 TEST_F(FakeCudaTest, MemoryAllocationsAndCopies) {
