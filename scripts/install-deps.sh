@@ -27,6 +27,9 @@ packages=(
   libfuse3-dev fuse3
   # yaml-cpp: the scenario format of the simulator (src/scenario, docs/scenarios.md) is YAML.
   libyaml-cpp-dev
+  # faketime (libfaketime): the simulator runs one node's agent with a skewed, drifting clock
+  # when a scenario sets clock_skew_ms / clock_drift_ppm.
+  faketime
 )
 
 missing=()

@@ -242,6 +242,9 @@ struct JobT {
   int64_t gpus_per_node = 8;
   std::vector<int64_t> gpu_indices;     // empty = 0 .. gpus_per_node-1
   P<double> start_s = 0.0;
+  // From launch to the first collective: model build and weight loading. The processes hold
+  // their GPUs (NVML lists them) but have not made their NCCL communicators yet.
+  P<double> startup_s = 10.0;
   P<int64_t> steps = 1000;
   LogT<P> log;
   WorkT<P> work;
