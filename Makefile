@@ -1,5 +1,6 @@
 # The two commands a newcomer needs, from a fresh clone of Ithbat on Debian 12, as root:
-#   make demo   - install dependencies, build, and run the agent on this machine for a few seconds
+#   make demo   - install dependencies, build, and run the scenario lab: the four case files and a healthy
+#                 control through the fleet simulator, each with real agents (DEMO_ARGS: e.g. --quick)
 #   make test   - install dependencies, build, and run every test group with timings
 # Overrides: BUILD_DIR (default build), JOBS (default: all cores), BENCH=OFF to skip benchmarks.
 BUILD_DIR ?= build
@@ -23,10 +24,10 @@ configure: deps
 build: configure
 	@$(STAGE) build cmake --build $(BUILD_DIR) -j $(JOBS)
 
+DEMO_ARGS ?=
 demo: configure
-	@$(STAGE) build cmake --build $(BUILD_DIR) -j $(JOBS) --target ithbat
-	@$(STAGE) build cmake --build $(BUILD_DIR) -j $(JOBS) --target ithbat_fake_nvml
-	$(ITHBAT) demo --nvml-library $(CURDIR)/$(BUILD_DIR)/sim/lib/libnvidia-ml.so.1
+	@$(STAGE) build cmake --build $(BUILD_DIR) -j $(JOBS) --target ithbat ithbat_lab
+	$(ITHBAT) demo $(DEMO_ARGS)
 
 test: build
 	@bash scripts/run-tests.sh $(BUILD_DIR) $(JOBS)

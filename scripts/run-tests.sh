@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the CTest suite one label group at a time (core, store, agent, collect, joblog, probes, serve, cli, sim, scenario,
-# integration, then any test carrying none of those labels) and prints how long each group
+# Runs the CTest suite one label group at a time (core, store, agent, collect, joblog, probes, serve, cli, sim — which
+# takes every sim_* label too —, scenario, lab, integration, then any test carrying none of those labels) and prints how long each group
 # took, so a slow module shows up in every CI log. Every group runs even when an earlier one
 # fails; the exit status is non-zero if any test failed.
 # Usage: scripts/run-tests.sh BUILD_DIR [JOBS]
@@ -8,8 +8,11 @@ set -uo pipefail
 
 build=${1:?usage: run-tests.sh BUILD_DIR [JOBS]}
 jobs=${2:-2}
-groups=(core store agent collect joblog probes serve cli sim scenario integration)
-known=$(IFS='|'; echo "${groups[*]}")
+groups=(core store agent collect joblog probes serve cli sim scenario lab integration)
+# A group's label pattern: the group's own label; sim also takes the simulator's parts
+# (sim_workload, sim_node, sim_runner, sim_lab, ...).
+pattern() { if [[ $1 == sim ]]; then echo 'sim(_[a-z]+)?'; else echo "$1"; fi; }
+known=$(for g in "${groups[@]}"; do pattern "$g"; done | paste -sd'|')
 
 total_pass=0
 total_fail=0
@@ -22,12 +25,16 @@ for g in "${groups[@]}" other; do
   if [[ $g == other ]]; then
     select=(-LE "^(${known})\$")
   else
-    select=(-L "^${g}\$")
+    select=(-L "^($(pattern "$g"))\$")
   fi
   # Integration tests start servers and measure nothing, but they share 2 cores with the
   # build machine's other work: run them one at a time so their bounded waits stay generous.
   j=$jobs
   [[ $g == integration ]] && j=1
+  # The lab runs whole simulated worlds (16 ranks, agents) that need both cores each: one at
+  # a time, verbose so the log shows every scenario's seed and signal table.
+  verbose=()
+  [[ $g == lab ]] && { j=1; verbose=(-V); }
 
   listed=$(ctest --test-dir "$build" -N "${select[@]}" 2>/dev/null | sed -n 's/^Total Tests: \([0-9]*\)$/\1/p')
   if [[ ${listed:-0} -eq 0 ]]; then
@@ -40,7 +47,7 @@ for g in "${groups[@]}" other; do
 
   echo "---- test group $g ($listed tests) ----"
   start=$(date +%s.%N)
-  ctest --test-dir "$build" "${select[@]}" -j "$j" --output-on-failure --timeout 600 2>&1 | tee "$log"
+  ctest --test-dir "$build" "${select[@]}" -j "$j" "${verbose[@]}" --output-on-failure --timeout 900 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   end=$(date +%s.%N)
   secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')

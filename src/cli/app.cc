@@ -14,6 +14,7 @@
 #include "agent/runtime.h"
 #include "cli/agent_process.h"
 #include "cli/demo.h"
+#include "cli/scenario_demo.h"
 #include "cli/parse_command.h"
 #include "cli/scenario_command.h"
 #include "cli/version_info.h"
@@ -40,6 +41,8 @@ struct CliState {
   AgentFlags agent;
   int demo_seconds = 5;
   std::string demo_nvml_library;
+  bool demo_local = false;
+  ScenarioDemoOptions demo_scenarios;
   CLI::App* agent_cmd = nullptr;
   CLI::App* demo_cmd = nullptr;
   CLI::App* version_cmd = nullptr;
@@ -66,13 +69,21 @@ void BuildApp(CLI::App& app, CliState& st) {
   st.agent_cmd->fallthrough();  // so `ithbat agent --config FILE` reaches the top-level --config
   AddAgentFlags(*st.agent_cmd, st.agent);
 
-  st.demo_cmd =
-      app.add_subcommand("demo", "Run the agent on this machine for a few seconds and show what it saw");
-  st.demo_cmd->add_option("--seconds", st.demo_seconds, "How long to run")
+  st.demo_cmd = app.add_subcommand(
+      "demo",
+      "Run scenarios through the fleet simulator with real agents and show what they found (default: the four "
+      "case files and the healthy control); --local runs the agent on this machine instead");
+  st.demo_cmd->add_option("scenarios", st.demo_scenarios.scenarios,
+                          "Scenario files, or names of files in scenarios/ (e.g. case01-roaming-straggler)");
+  st.demo_cmd->add_flag("--quick", st.demo_scenarios.quick, "Run each scenario's smaller CI configuration");
+  st.demo_cmd->add_flag("--json", st.demo_scenarios.json, "One JSON line per scenario");
+  st.demo_cmd->add_option("--seed", st.demo_scenarios.seed, "Seed for every scenario (default: the file's, else fresh)");
+  st.demo_cmd->add_flag("--local", st.demo_local, "Run the agent on this machine for a few seconds instead");
+  st.demo_cmd->add_option("--seconds", st.demo_seconds, "With --local: how long to run")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
   st.demo_cmd->add_option("--nvml-library", st.demo_nvml_library,
-                          "NVML library to load (make demo passes the fake one from build/sim/lib)");
+                          "With --local: NVML library to load (the fake one from build/sim/lib on a machine without GPUs)");
 
   st.version_cmd = app.add_subcommand("version", "Print the version and build information");
   st.metrics_doc_cmd =
@@ -213,7 +224,9 @@ int Main(int argc, const char* const* argv) {
   BuildApp(app, st);
   if (auto code = Parse(app, argc, argv)) return *code;
   if (*st.agent_cmd) return RunAgent(st.agent);
-  if (*st.demo_cmd) return RunDemo(st.demo_seconds, st.demo_nvml_library);
+  if (*st.demo_cmd) {
+    return st.demo_local ? RunDemo(st.demo_seconds, st.demo_nvml_library) : RunScenarioDemo(st.demo_scenarios);
+  }
   if (*st.version_cmd) {
     fmt::print("{}", VersionText());
     return kExitOk;

@@ -1,0 +1,236 @@
+#include "lab/lab.h"
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/file_util.h"
+#include "scenario/expect/expect.h"
+#include "scenario/scenario.h"
+
+extern char** environ;
+
+namespace ithbat::sim::lab {
+namespace {
+
+volatile std::sig_atomic_t g_child = 0;
+
+void ForwardSignal(int sig) {
+  if (g_child > 0) kill(static_cast<pid_t>(g_child), sig);
+}
+
+// Runs argv, forwarding SIGINT/SIGTERM to it; returns its exit status (128+sig when killed).
+int RunChild(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
+  g_child = pid;
+  struct sigaction sa {}, old_int {}, old_term {};
+  sa.sa_handler = ForwardSignal;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+std::string Slug(std::string_view s) {
+  std::string out;
+  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
+  return out.substr(0, 64);
+}
+
+LabResult RunOne(const LabOptions& options, const std::string& file, const std::string& parent, std::FILE* out) {
+  LabResult r;
+  r.file = file;
+  const auto t_begin = std::chrono::steady_clock::now();
+  auto text = ReadFileBounded(file, scenario::kMaxFileBytes + 1);
+  if (!text) {
+    r.error = fmt::format("cannot read: {}", text.error().message);
+    return r;
+  }
+  auto parsed = scenario::ParseScenarioText(*text);
+  if (!parsed.scenario) {
+    r.error = fmt::format("{} problem(s) in the file; run `ithbat scenario check {}`", parsed.issues.size(), file);
+    return r;
+  }
+  auto expect = scenario::ParseExpectationsText(*text, &*parsed.scenario);
+  if (!expect.expectations) {
+    r.error = expect.present ? "the expect block has problems; run `ithbat scenario check`" : "no expect block";
+    return r;
+  }
+  const scenario::Scenario sc = options.quick ? scenario::QuickVariant(*parsed.scenario) : *parsed.scenario;
+  r.scenario = sc.name;
+  r.seed = options.seed ? *options.seed : sc.seed ? *sc.seed : scenario::DrawSeed();
+  auto resolved = scenario::Resolve(sc, r.seed);
+  if (!resolved) {
+    r.error = fmt::format("seed {}: {}", r.seed, resolved.error().message);
+    return r;
+  }
+  // ithbat-sim refuses a run directory that exists: the same file and seed twice get -2, -3, ...
+  std::string run_dir = fmt::format("{}/{}-{}", parent, Slug(sc.name), r.seed);
+  for (int n = 2; std::filesystem::exists(run_dir) && n < 1000; ++n) {
+    run_dir = fmt::format("{}/{}-{}-{}", parent, Slug(sc.name), r.seed, n);
+  }
+  if (!options.world_dir.empty()) {
+    // Re-check a finished run: its world.json says which seed it drew.
+    run_dir = options.world_dir;
+    auto world = ReadWorld(run_dir + "/world.json");
+    if (!world) {
+      r.error = world.error().message;
+      return r;
+    }
+    r.seed = world->seed;
+    resolved = scenario::Resolve(sc, r.seed);
+    if (!resolved) {
+      r.error = fmt::format("seed {}: {}", r.seed, resolved.error().message);
+      return r;
+    }
+  }
+  fmt::print(out, "== {} (seed {}{}) → {}\n", sc.name, r.seed, options.quick ? ", quick" : "", run_dir);
+  std::fflush(out);
+  std::vector<std::string> argv = {options.sim_binary, "run", file, "--seed", std::to_string(r.seed), "--root", run_dir};
+  if (options.quick) argv.push_back("--quick");
+  if (!options.ithbat_binary.empty()) {
+    argv.push_back("--ithbat");
+    argv.push_back(options.ithbat_binary);
+  }
+  r.sim_exit = options.world_dir.empty() ? RunChild(argv) : 0;
+  if (r.sim_exit != 0) {
+    r.error = fmt::format("ithbat-sim exited with {}", r.sim_exit);
+  } else {
+    auto world = ReadWorld(run_dir + "/world.json");
+    if (!world) {
+      r.error = world.error().message;
+    } else {
+      auto evidence = Evidence::Open(*world);
+      if (!evidence) {
+        r.error = evidence.error().message;
+      } else {
+        r.check = CheckScenario(*world, *evidence, *resolved, *expect.expectations);
+      }
+    }
+  }
+  r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count();
+  return r;
+}
+
+}  // namespace
+
+std::vector<LabResult> RunLab(const LabOptions& options, std::FILE* out) {
+  std::string parent = options.root;
+  if (parent.empty()) {
+    char tmpl[] = "/tmp/ithbat-lab-XXXXXX";
+    const char* made = mkdtemp(tmpl);
+    parent = made != nullptr ? made : "/tmp";
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+  }
+  std::vector<LabResult> results;
+  for (const auto& file : options.files) {
+    results.push_back(RunOne(options, file, parent, out));
+    if (options.json) {
+      fmt::print(out, "{}\n", ResultJson(results.back()));
+    } else {
+      fmt::print(out, "{}", FormatResult(results.back()));
+    }
+    std::fflush(out);
+  }
+  return results;
+}
+
+std::string FormatResult(const LabResult& r) {
+  std::string s;
+  const char* status = !r.error.empty() ? "ERROR" : r.skipped() ? "SKIP" : r.ok() ? "PASS" : "FAIL";
+  s += fmt::format("{} {} (seed {}, {:.0f} s)\n", status, r.scenario.empty() ? r.file : r.scenario, r.seed,
+                   r.wall_seconds);
+  if (!r.error.empty()) s += fmt::format("  error: {}\n", r.error);
+  if (!r.check) return s;
+  for (const auto& w : r.check->world) {
+    s += fmt::format("  [{}] {}: {}\n", w.ok ? "ok" : "NO", w.name, w.observed);
+  }
+  for (const auto& f : r.check->findings) {
+    s += fmt::format("  expected {}\n", f.expected);
+    if (f.skipped) s += fmt::format("    skipped: {}\n", f.skip_reason);
+    for (const auto& sig : f.signals) {
+      s += fmt::format("    [{}] {}: {}\n", sig.ok ? "ok" : "NO", sig.name, sig.observed);
+    }
+    if (f.budget) {
+      s += fmt::format("    [{}] budget {} {}: used {}\n", f.budget->ok() ? "ok" : "NO", f.budget->allowed,
+                       f.budget->unit, f.budget->used ? fmt::format("{:g}", *f.budget->used) : "never");
+    }
+  }
+  return s;
+}
+
+std::string ResultJson(const LabResult& r) {
+  nlohmann::json j;
+  j["file"] = r.file;
+  j["scenario"] = r.scenario;
+  j["seed"] = r.seed;
+  j["ok"] = r.ok();
+  j["skipped"] = r.skipped();
+  j["wall_seconds"] = r.wall_seconds;
+  if (!r.error.empty()) j["error"] = r.error;
+  if (r.check) {
+    auto signal = [](const SignalResult& s) {
+      nlohmann::json o{{"name", s.name}, {"ok", s.ok}, {"observed", s.observed}};
+      if (s.first_seen) o["first_seen_ns"] = *s.first_seen;
+      return o;
+    };
+    j["world"] = nlohmann::json::array();
+    for (const auto& w : r.check->world) j["world"].push_back(signal(w));
+    j["findings"] = nlohmann::json::array();
+    for (const auto& f : r.check->findings) {
+      nlohmann::json o{{"expected", f.expected}, {"ok", f.ok()}, {"skipped", f.skipped}};
+      if (f.skipped) o["skip_reason"] = f.skip_reason;
+      o["signals"] = nlohmann::json::array();
+      for (const auto& s : f.signals) o["signals"].push_back(signal(s));
+      if (f.budget) {
+        o["budget"] = {{"unit", f.budget->unit}, {"allowed", f.budget->allowed}, {"ok", f.budget->ok()}};
+        if (f.budget->used) o["budget"]["used"] = *f.budget->used;
+      }
+      j["findings"].push_back(o);
+    }
+  }
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+int DumpSeries(const std::string& world_dir, const std::string& selector, std::FILE* out) {
+  auto world = ReadWorld(world_dir + "/world.json");
+  if (!world) {
+    fmt::print(stderr, "ithbat-lab: {}\n", world.error().message);
+    return 1;
+  }
+  auto evidence = Evidence::Open(*world);
+  if (!evidence) {
+    fmt::print(stderr, "ithbat-lab: {}\n", evidence.error().message);
+    return 1;
+  }
+  for (const auto& [v, samples] : evidence->Samples("", selector, kMinTime, kMaxTime)) {
+    fmt::print(out, "{} {} samples={}", v.node, v.labels.ToString(), samples.size());
+    if (!samples.empty()) fmt::print(out, " first={:g} last={:g}", samples.front().v, samples.back().v);
+    fmt::print(out, "\n");
+  }
+  return 0;
+}
+
+}  // namespace ithbat::sim::lab

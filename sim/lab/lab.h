@@ -1,0 +1,48 @@
+#pragma once
+// The scenario lab: runs scenario files through the simulator (`ithbat-sim run`, a child
+// process) and checks each against its `expect` block with the signal checks
+// (signal_checks.h). `ithbat-lab` and `ithbat demo` are its front ends.
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lab/signal_checks.h"
+
+namespace ithbat::sim::lab {
+
+struct LabOptions {
+  std::vector<std::string> files;  // scenario files
+  bool quick = false;
+  std::optional<uint64_t> seed;    // unset: the file's, else a fresh one (printed)
+  std::string root;                // parent of the per-scenario run directories ("" = a new temp dir)
+  std::string sim_binary;          // ithbat-sim
+  std::string ithbat_binary;       // passed to ithbat-sim --ithbat ("" = its default)
+  bool json = false;               // one JSON line per scenario on `out`
+  std::string world_dir;           // check this finished run directory instead of running (one file)
+};
+
+struct LabResult {
+  std::string file;
+  std::string scenario;
+  uint64_t seed = 0;
+  int sim_exit = -1;
+  std::string error;               // setup/run/read failure (then check is empty)
+  std::optional<ScenarioCheck> check;
+  double wall_seconds = 0;
+  bool ok() const { return error.empty() && check && check->ok(); }
+  bool skipped() const { return error.empty() && check && check->any_skipped(); }
+};
+
+// Runs every file in turn; progress and the report go to `out`. Returns one result per file.
+std::vector<LabResult> RunLab(const LabOptions& options, std::FILE* out);
+// The human report of one result (several lines).
+std::string FormatResult(const LabResult& r);
+// One JSON line: scenario, seed, ok, skipped, each finding with its signals and budget.
+std::string ResultJson(const LabResult& r);
+// Prints every series of the finished run in `world_dir` matching `selector` (node, labels, sample
+// count, first and last value): to see what the agents stored when a check fails.
+int DumpSeries(const std::string& world_dir, const std::string& selector, std::FILE* out);
+
+}  // namespace ithbat::sim::lab
