@@ -129,6 +129,14 @@ LabResult RunOne(const LabOptions& options, const std::string& file, const std::
     }
   }
   r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count();
+  r.run_dir = run_dir;
+  // A passed run's directory holds gigabytes of (scaled) checkpoints: remove it unless asked to
+  // keep it; a failed one stays for `--world DIR` and `--series`.
+  if (r.ok() && !options.keep && options.world_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(run_dir, ec);
+    if (!ec) r.run_dir.clear();
+  }
   return r;
 }
 
@@ -163,6 +171,7 @@ std::string FormatResult(const LabResult& r) {
   s += fmt::format("{} {} (seed {}, {:.0f} s)\n", status, r.scenario.empty() ? r.file : r.scenario, r.seed,
                    r.wall_seconds);
   if (!r.error.empty()) s += fmt::format("  error: {}\n", r.error);
+  if (!r.run_dir.empty()) s += fmt::format("  run directory: {}\n", r.run_dir);
   if (!r.check) return s;
   for (const auto& w : r.check->world) {
     s += fmt::format("  [{}] {}: {}\n", w.ok ? "ok" : "NO", w.name, w.observed);
@@ -189,6 +198,7 @@ std::string ResultJson(const LabResult& r) {
   j["ok"] = r.ok();
   j["skipped"] = r.skipped();
   j["wall_seconds"] = r.wall_seconds;
+  if (!r.run_dir.empty()) j["run_dir"] = r.run_dir;
   if (!r.error.empty()) j["error"] = r.error;
   if (r.check) {
     auto signal = [](const SignalResult& s) {

@@ -21,6 +21,7 @@ struct LabOptions {
   std::string ithbat_binary;       // passed to ithbat-sim --ithbat ("" = its default)
   bool json = false;               // one JSON line per scenario on `out`
   std::string world_dir;           // check this finished run directory instead of running (one file)
+  bool keep = false;               // keep the run directory of a scenario that passed (a failed one is always kept)
 };
 
 struct LabResult {
@@ -31,6 +32,7 @@ struct LabResult {
   std::string error;               // setup/run/read failure (then check is empty)
   std::optional<ScenarioCheck> check;
   double wall_seconds = 0;
+  std::string run_dir;             // where the run was (removed after a pass unless --keep)
   bool ok() const { return error.empty() && check && check->ok(); }
   bool skipped() const { return error.empty() && check && check->any_skipped(); }
 };

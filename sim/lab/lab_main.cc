@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   app.add_option("--sim", options.sim_binary, "The simulator binary")->capture_default_str();
   app.add_option("--ithbat", options.ithbat_binary, "The agent binary ithbat-sim starts (default: its own)");
   app.add_flag("--json", options.json, "One JSON line per scenario");
+  app.add_flag("--keep", options.keep, "Keep the run directories of scenarios that passed (failed ones are kept)");
   app.add_option("--world", options.world_dir, "Check this finished run directory of FILE instead of running it");
   std::string dump;
   app.add_option("--series", dump, "With --world: print the stored series matching this selector and exit");
