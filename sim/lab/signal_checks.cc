@@ -1,5 +1,7 @@
 #include "lab/signal_checks.h"
 
+#include "lab/check_util.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -10,126 +12,7 @@
 #include <fmt/format.h>
 
 namespace ithbat::sim::lab {
-namespace {
-
 using scenario::ExpectedFinding;
-
-std::string Label(const LabelSet& labels, std::string_view name) {
-  auto v = labels.Get(name);
-  return v ? std::string(*v) : std::string();
-}
-
-std::string Quote(std::string_view v) { return "\"" + EscapeLabelValue(v) + "\""; }
-
-TimeNs JobEnd(const World& world, const WorldJob& job) { return job.ended > 0 ? job.ended : world.ended; }
-
-// The agent names a process's job by what its scheduler says (a Slurm job id, a torchelastic run
-// id, a pod) — not by the scenario's job id — so the checker selects a job's series by its
-// ranks' pids, which world.json has: `pid=~"101|102"` for the ranks on `node`.
-std::string JobPids(const WorldJob& job, const std::string& node) {
-  std::vector<std::string> pids;
-  for (const auto& r : job.ranks) {
-    if (r.node == node && r.pid > 0) pids.push_back(std::to_string(r.pid));
-  }
-  if (pids.empty()) pids.push_back("0");  // matches nothing
-  return fmt::format("pid=~\"{}\"", fmt::join(pids, "|"));
-}
-
-// The process whose output carries the job's log lines: rank 0 (or the lowest rank known).
-int32_t LoggingPid(const WorldJob& job) {
-  const WorldRank* best = nullptr;
-  for (const auto& r : job.ranks) {
-    if (r.pid > 0 && (best == nullptr || r.rank < best->rank)) best = &r;
-  }
-  return best != nullptr ? static_cast<int32_t>(best->pid) : -2;  // -2: no event has that pid
-}
-
-std::set<std::string> JobNodes(const WorldJob& job) {
-  std::set<std::string> out;
-  for (const auto& r : job.ranks) out.insert(r.node);
-  return out;
-}
-
-std::string Describe(const ExpectedFinding& f) {
-  std::string s = fmt::format("{}: {}", scenario::VerdictName(f.verdict), scenario::CauseName(f.cause));
-  if (!f.job.empty()) s += fmt::format(" (job {})", f.job);
-  if (!f.resource.empty()) s += fmt::format(" [{}]", f.resource);
-  return s;
-}
-
-// When the budget starts counting, on the world's clock.
-std::optional<TimeNs> BudgetStart(const World& world, const scenario::ResolvedScenario& resolved,
-                                  const scenario::ExpectedBudget& b, const WorldJob* job) {
-  switch (b.from) {
-    case scenario::BudgetFrom::kEvent: {
-      if (b.from_event < 0 || static_cast<size_t>(b.from_event) >= resolved.timeline.size()) return std::nullopt;
-      const auto& ev = resolved.timeline[static_cast<size_t>(b.from_event)];
-      const WorldEvent* we = ev.id.empty() ? nullptr : world.Event(ev.id);
-      if (we == nullptr && static_cast<size_t>(b.from_event) < world.events.size()) {
-        we = &world.events[static_cast<size_t>(b.from_event)];
-      }
-      return we != nullptr && we->started > 0 ? std::optional<TimeNs>(we->started) : std::nullopt;
-    }
-    case scenario::BudgetFrom::kStep: {
-      if (job == nullptr) return std::nullopt;
-      for (const auto& s : job->steps) {
-        if (s.step >= b.from_step) return s.start;
-      }
-      return std::nullopt;
-    }
-    case scenario::BudgetFrom::kStart:
-    case scenario::BudgetFrom::kDefault:
-      if (job != nullptr && !job->steps.empty()) return job->steps.front().start;
-      return world.started;
-  }
-  return std::nullopt;
-}
-
-std::string UnitName(scenario::BudgetUnit u) {
-  switch (u) {
-    case scenario::BudgetUnit::kSteps:
-      return "steps";
-    case scenario::BudgetUnit::kSaves:
-      return "saves";
-    case scenario::BudgetUnit::kSeconds:
-      return "seconds";
-  }
-  return "?";
-}
-
-// The budget used when the proving signal appeared at `seen`: steps the job started, saves it
-// began, or seconds, from the budget's start.
-std::optional<BudgetResult> Budget(const World& world, const scenario::ResolvedScenario& resolved,
-                                   const scenario::ExpectedBudget& b, const WorldJob* job,
-                                   std::optional<TimeNs> seen) {
-  if (!b.unit) return std::nullopt;
-  BudgetResult r;
-  r.unit = UnitName(*b.unit);
-  r.allowed = b.value;
-  auto start = BudgetStart(world, resolved, b, job);
-  if (!seen || !start) return r;
-  const TimeNs from = *start;
-  const TimeNs to = std::max(*seen, from);
-  switch (*b.unit) {
-    case scenario::BudgetUnit::kSteps:
-      if (job != nullptr) r.used = static_cast<double>(job->StepsBetween(from, to + 1));
-      break;
-    case scenario::BudgetUnit::kSaves:
-      if (job != nullptr) {
-        int64_t n = 0;
-        for (const auto& s : job->saves) n += (s.start >= from && s.start <= to) ? 1 : 0;
-        r.used = static_cast<double>(n);
-      }
-      break;
-    case scenario::BudgetUnit::kSeconds:
-      // Scenario seconds: the world ran compressed.
-      r.used = static_cast<double>(to - from) / 1e9 * world.time_compression;
-      break;
-  }
-  return r;
-}
-
-}  // namespace
 
 bool FindingCheck::ok() const {
   if (skipped) return false;
@@ -464,26 +347,6 @@ FindingCheck CheckStorage(const World& world, const Evidence& evidence, const sc
   return out;
 }
 
-namespace {
-
-// The first logged step whose loss is not finite or above kLossSpikeFactor × the lowest so far.
-std::optional<std::pair<int64_t, TimeNs>> Divergence(const Evidence& evidence, const WorldJob& job) {
-  store::EventQuery q;
-  q.kinds = {EventKind::kLoss};
-  q.pid = LoggingPid(job);
-  auto events = evidence.Events(q);
-  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.step < b.step; });
-  double low = INFINITY;
-  for (const auto& e : events) {
-    if (!std::isfinite(e.value) || (std::isfinite(low) && e.value > kLossSpikeFactor * low)) {
-      return std::make_pair(e.step, e.time);
-    }
-    low = std::min(low, e.value);
-  }
-  return std::nullopt;
-}
-
-}  // namespace
 
 FindingCheck CheckRecipeNumerics(const World& world, const Evidence& evidence, const ExpectedFinding& f) {
   FindingCheck out;
@@ -638,6 +501,52 @@ FindingCheck CheckNothing(const World& world, const Evidence& evidence) {
   return out;
 }
 
+FindingCheck CheckFinding(const World& world, const Evidence& evidence, const scenario::ResolvedScenario& resolved,
+                          const ExpectedFinding& f) {
+  FindingCheck c;
+  switch (f.cause) {
+    case scenario::Cause::kDataImbalance:
+      c = CheckDataImbalance(world, evidence, f);
+      c.budget = Budget(world, resolved, f.budget, world.Job(f.job),
+                        c.signals.empty() ? std::nullopt : c.signals.front().first_seen);
+      return c;
+    case scenario::Cause::kStorage:
+      return CheckStorage(world, evidence, resolved, f);
+    case scenario::Cause::kServingConfig:
+      c = CheckServingConfig(world, evidence, f);
+      c.budget = Budget(world, resolved, f.budget, nullptr,
+                        c.signals.empty() ? std::nullopt : c.signals.front().first_seen);
+      return c;
+    case scenario::Cause::kRecipeNumerics:
+      c = CheckRecipeNumerics(world, evidence, f);
+      c.budget = Budget(world, resolved, f.budget, world.Job(f.job),
+                        c.signals.empty() ? std::nullopt : c.signals.front().first_seen);
+      return c;
+    case scenario::Cause::kThermalPower:
+      return CheckThermalPower(world, evidence, resolved, f);
+    case scenario::Cause::kGpuHardware:
+      return CheckGpuHardware(world, evidence, resolved, f);
+    case scenario::Cause::kSilentDataCorruption:
+      return CheckSilentDataCorruption(world, evidence, resolved, f);
+    case scenario::Cause::kNoLearning:
+      return CheckNoLearning(world, evidence, resolved, f);
+    case scenario::Cause::kHang:
+      return CheckHang(world, evidence, resolved, f);
+    case scenario::Cause::kNetwork:
+      return CheckNetwork(world, evidence, resolved, f);
+    case scenario::Cause::kHostBottleneck:
+      return CheckHostBottleneck(world, evidence, resolved, f);
+    case scenario::Cause::kInputPipeline:
+      return CheckInputPipeline(world, evidence, resolved, f);
+    default:
+      break;
+  }
+  c.expected = Describe(f);
+  c.skipped = true;
+  c.skip_reason = fmt::format("no signal check for cause {} yet", scenario::CauseName(f.cause));
+  return c;
+}
+
 ScenarioCheck CheckScenario(const World& world, const Evidence& evidence, const scenario::ResolvedScenario& resolved,
                             const scenario::Expectations& expect) {
   ScenarioCheck out;
@@ -647,33 +556,7 @@ ScenarioCheck CheckScenario(const World& world, const Evidence& evidence, const 
     return out;
   }
   for (const auto& f : expect.findings) {
-    FindingCheck c;
-    switch (f.cause) {
-      case scenario::Cause::kDataImbalance: {
-        c = CheckDataImbalance(world, evidence, f);
-        c.budget = Budget(world, resolved, f.budget, world.Job(f.job),
-                          c.signals.empty() ? std::nullopt : c.signals.front().first_seen);
-        break;
-      }
-      case scenario::Cause::kStorage:
-        c = CheckStorage(world, evidence, resolved, f);
-        break;
-      case scenario::Cause::kServingConfig:
-        c = CheckServingConfig(world, evidence, f);
-        c.budget = Budget(world, resolved, f.budget, nullptr,
-                          c.signals.empty() ? std::nullopt : c.signals.front().first_seen);
-        break;
-      case scenario::Cause::kRecipeNumerics:
-        c = CheckRecipeNumerics(world, evidence, f);
-        c.budget = Budget(world, resolved, f.budget, world.Job(f.job),
-                          c.signals.empty() ? std::nullopt : c.signals.front().first_seen);
-        break;
-      default:
-        c.expected = Describe(f);
-        c.skipped = true;
-        c.skip_reason = fmt::format("no signal check for cause {} yet", scenario::CauseName(f.cause));
-        break;
-    }
+    FindingCheck c = CheckFinding(world, evidence, resolved, f);
     out.findings.push_back(std::move(c));
   }
   return out;

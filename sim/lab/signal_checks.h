@@ -92,4 +92,29 @@ FindingCheck CheckServingConfig(const World& world, const Evidence& evidence, co
 FindingCheck CheckRecipeNumerics(const World& world, const Evidence& evidence, const scenario::ExpectedFinding& f);
 FindingCheck CheckNothing(const World& world, const Evidence& evidence);
 
+// The look-alikes' causes (issue 6 item 8). Each takes the finding's subjects, judges the
+// signals that prove that cause and sets its own budget. Thresholds live beside them.
+// checks_gpu.{h,cc}: the GPU and the job's own numbers.
+FindingCheck CheckThermalPower(const World& world, const Evidence& evidence, const scenario::ResolvedScenario& resolved,
+                               const scenario::ExpectedFinding& f);
+FindingCheck CheckGpuHardware(const World& world, const Evidence& evidence, const scenario::ResolvedScenario& resolved,
+                              const scenario::ExpectedFinding& f);
+FindingCheck CheckSilentDataCorruption(const World& world, const Evidence& evidence,
+                                       const scenario::ResolvedScenario& resolved, const scenario::ExpectedFinding& f);
+FindingCheck CheckNoLearning(const World& world, const Evidence& evidence, const scenario::ResolvedScenario& resolved,
+                             const scenario::ExpectedFinding& f);
+FindingCheck CheckHang(const World& world, const Evidence& evidence, const scenario::ResolvedScenario& resolved,
+                       const scenario::ExpectedFinding& f);
+// checks_host_fabric.{h,cc}: the host, the input pipeline and the fabric.
+FindingCheck CheckNetwork(const World& world, const Evidence& evidence, const scenario::ResolvedScenario& resolved,
+                          const scenario::ExpectedFinding& f);
+FindingCheck CheckHostBottleneck(const World& world, const Evidence& evidence, const scenario::ResolvedScenario& resolved,
+                                 const scenario::ExpectedFinding& f);
+FindingCheck CheckInputPipeline(const World& world, const Evidence& evidence, const scenario::ResolvedScenario& resolved,
+                                const scenario::ExpectedFinding& f);
+
+// One finding's check, whatever its cause (SKIP, with the reason, for a cause without one).
+FindingCheck CheckFinding(const World& world, const Evidence& evidence, const scenario::ResolvedScenario& resolved,
+                          const scenario::ExpectedFinding& f);
+
 }  // namespace ithbat::sim::lab
