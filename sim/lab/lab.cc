@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include "core/file_util.h"
+#include "lab/sweep.h"
 #include "scenario/expect/expect.h"
+#include "scenario/magnitude.h"
 #include "scenario/scenario.h"
 
 extern char** environ;
@@ -57,9 +59,11 @@ std::string Slug(std::string_view s) {
   return out.substr(0, 64);
 }
 
-LabResult RunOne(const LabOptions& options, const std::string& file, const std::string& parent, std::FILE* out) {
+LabResult RunOne(const LabOptions& options, const std::string& file, const std::string& parent, std::FILE* out,
+                 double magnitude, bool sweep) {
   LabResult r;
   r.file = file;
+  r.magnitude = magnitude;
   const auto t_begin = std::chrono::steady_clock::now();
   auto text = ReadFileBounded(file, scenario::kMaxFileBytes + 1);
   if (!text) {
@@ -84,6 +88,11 @@ LabResult RunOne(const LabOptions& options, const std::string& file, const std::
     r.error = fmt::format("seed {}: {}", r.seed, resolved.error().message);
     return r;
   }
+  // The checker must see the world the simulator built: the same fault magnitude.
+  if (auto st = scenario::ScaleFaultMagnitude(*resolved, magnitude); !st) {
+    r.error = st.error().message;
+    return r;
+  }
   // ithbat-sim refuses a run directory that exists: the same file and seed twice get -2, -3, ...
   std::string run_dir = fmt::format("{}/{}-{}", parent, Slug(sc.name), r.seed);
   for (int n = 2; std::filesystem::exists(run_dir) && n < 1000; ++n) {
@@ -98,16 +107,26 @@ LabResult RunOne(const LabOptions& options, const std::string& file, const std::
       return r;
     }
     r.seed = world->seed;
+    r.magnitude = world->magnitude;
     resolved = scenario::Resolve(sc, r.seed);
     if (!resolved) {
       r.error = fmt::format("seed {}: {}", r.seed, resolved.error().message);
       return r;
     }
+    if (auto st = scenario::ScaleFaultMagnitude(*resolved, r.magnitude); !st) {
+      r.error = st.error().message;
+      return r;
+    }
   }
-  fmt::print(out, "== {} (seed {}{}) → {}\n", sc.name, r.seed, options.quick ? ", quick" : "", run_dir);
+  fmt::print(out, "== {} (seed {}{}{}) → {}\n", sc.name, r.seed, options.quick ? ", quick" : "",
+             r.magnitude != 1.0 ? fmt::format(", magnitude {:g}", r.magnitude) : "", run_dir);
   std::fflush(out);
   std::vector<std::string> argv = {options.sim_binary, "run", file, "--seed", std::to_string(r.seed), "--root", run_dir};
   if (options.quick) argv.push_back("--quick");
+  if (magnitude != 1.0) {
+    argv.push_back("--magnitude");
+    argv.push_back(fmt::format("{}", magnitude));
+  }
   if (!options.ithbat_binary.empty()) {
     argv.push_back("--ithbat");
     argv.push_back(options.ithbat_binary);
@@ -125,14 +144,25 @@ LabResult RunOne(const LabOptions& options, const std::string& file, const std::
         r.error = evidence.error().message;
       } else {
         r.check = CheckScenario(*world, *evidence, *resolved, *expect.expectations);
+        if (sweep) {
+          for (const auto& f : expect.expectations->findings) {
+            r.expected_causes.insert(std::string(scenario::CauseName(f.cause)));
+          }
+          if (r.expected_causes.empty()) r.expected_causes.insert("none");
+          for (auto c : ShownCauses(*world, *evidence, *resolved, *expect.expectations)) {
+            r.shown_causes.insert(std::string(scenario::CauseName(c)));
+          }
+          if (r.shown_causes.empty()) r.shown_causes.insert("none");
+        }
       }
     }
   }
   r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count();
   r.run_dir = run_dir;
   // A passed run's directory holds gigabytes of (scaled) checkpoints: remove it unless asked to
-  // keep it; a failed one stays for `--world DIR` and `--series`.
-  if (r.ok() && !options.keep && options.world_dir.empty()) {
+  // keep it; a failed one stays for `--world DIR` and `--series`. A sweep keeps none (dozens of
+  // runs; each prints its seed, and one run is reproduced with --seed and --magnitude).
+  if ((r.ok() || sweep) && !options.keep && options.world_dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(run_dir, ec);
     if (!ec) r.run_dir.clear();
@@ -153,8 +183,26 @@ std::vector<LabResult> RunLab(const LabOptions& options, std::FILE* out) {
     std::filesystem::create_directories(parent, ec);
   }
   std::vector<LabResult> results;
+  if (!options.sweep.empty()) {
+    std::vector<SweepRun> runs;
+    for (const auto& file : options.files) {
+      for (double m : options.sweep) {
+        results.push_back(RunOne(options, file, parent, out, m, true));
+        const LabResult& r = results.back();
+        SweepRun s{r.scenario.empty() ? file : r.scenario, r.seed, m, r.error.empty() && r.check.has_value(), r.error,
+                   r.expected_causes, r.shown_causes};
+        runs.push_back(s);
+        fmt::print(out, "{} m={:g} seed {} ({:.0f} s): expected {{{}}} shown {{{}}}{}\n", s.scenario, m, s.seed,
+                   r.wall_seconds, fmt::join(s.expected, ","), fmt::join(s.shown, ","),
+                   s.ran ? "" : " ERROR " + s.error);
+        std::fflush(out);
+      }
+    }
+    fmt::print(out, "{}", FormatSweep(runs));
+    return results;
+  }
   for (const auto& file : options.files) {
-    results.push_back(RunOne(options, file, parent, out));
+    results.push_back(RunOne(options, file, parent, out, options.magnitude, false));
     if (options.json) {
       fmt::print(out, "{}\n", ResultJson(results.back()));
     } else {
@@ -199,6 +247,7 @@ std::string ResultJson(const LabResult& r) {
   j["skipped"] = r.skipped();
   j["wall_seconds"] = r.wall_seconds;
   if (!r.run_dir.empty()) j["run_dir"] = r.run_dir;
+  if (r.magnitude != 1.0) j["magnitude"] = r.magnitude;
   if (!r.error.empty()) j["error"] = r.error;
   if (r.check) {
     auto signal = [](const SignalResult& s) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct LabOptions {
   bool json = false;               // one JSON line per scenario on `out`
   std::string world_dir;           // check this finished run directory instead of running (one file)
   bool keep = false;               // keep the run directory of a scenario that passed (a failed one is always kept)
+  double magnitude = 1.0;          // fault magnitude for every run (src/scenario/magnitude.h)
+  // Non-empty: the sweep — every file at each of these magnitudes; each run records the causes
+  // whose signals it showed, and the report ends with the confusion matrix (sweep.h).
+  std::vector<double> sweep;
 };
 
 struct LabResult {
@@ -33,11 +38,16 @@ struct LabResult {
   std::optional<ScenarioCheck> check;
   double wall_seconds = 0;
   std::string run_dir;             // where the run was (removed after a pass unless --keep)
+  double magnitude = 1.0;
+  std::set<std::string> expected_causes;  // sweep: cause names the file expects ({"none"} for a control)
+  std::set<std::string> shown_causes;     // sweep: cause names whose signals the run showed ({"none"}: none)
   bool ok() const { return error.empty() && check && check->ok(); }
   bool skipped() const { return error.empty() && check && check->any_skipped(); }
 };
 
 // Runs every file in turn; progress and the report go to `out`. Returns one result per file.
+// In sweep mode (options.sweep) every file runs once per magnitude and the confusion matrix is
+// printed at the end.
 std::vector<LabResult> RunLab(const LabOptions& options, std::FILE* out);
 // The human report of one result (several lines).
 std::string FormatResult(const LabResult& r);

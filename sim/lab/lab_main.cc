@@ -1,12 +1,17 @@
 // ithbat-lab: runs scenario files through the fleet simulator with real agents and checks each
 // against its `expect` block (sim/lab/README.md). Exit 0 when every scenario passed or was
 // skipped for want of a check (printed as SKIP), 1 when one failed or could not run, 2 usage.
+#include <algorithm>
 #include <cstdio>
+#include <random>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <fmt/format.h>
+
 #include "lab/lab.h"
+#include "scenario/scenario.h"
 
 int main(int argc, char** argv) {
   ithbat::sim::lab::LabOptions options;
@@ -22,6 +27,20 @@ int main(int argc, char** argv) {
   app.add_flag("--json", options.json, "One JSON line per scenario");
   app.add_flag("--keep", options.keep, "Keep the run directories of scenarios that passed (failed ones are kept)");
   app.add_option("--world", options.world_dir, "Check this finished run directory of FILE instead of running it");
+  app.add_option("--magnitude", options.magnitude,
+                 "Fault magnitude for every run: 0 none, 1 as written (docs/scenarios.md, \"Fault magnitude\")")
+      ->check(CLI::Range(0.0, 4.0));
+  app.add_option("--sweep", options.sweep,
+                 "The sweep: run every file at each of these magnitudes (e.g. --sweep 0.25,0.5,1) and print the "
+                 "confusion matrix of expected vs shown causes")
+      ->delimiter(',')
+      ->check(CLI::Range(0.0, 4.0));
+  size_t pick = 0;
+  app.add_option("--pick", pick,
+                 "Run only N of the files, drawn at random (CI rotates through the look-alikes this way; the "
+                 "draw's seed is printed)");
+  uint64_t pick_seed = 0;
+  auto* pick_seed_opt = app.add_option("--pick-seed", pick_seed, "Seed of the --pick draw (default: a fresh one)");
   std::string dump;
   app.add_option("--series", dump, "With --world: print the stored series matching this selector and exit");
   CLI11_PARSE(app, argc, argv);
@@ -43,7 +62,29 @@ int main(int argc, char** argv) {
       options.files.push_back(fmt::format("{}/scenarios/{}", ITHBAT_SOURCE_DIR, f));
     }
   }
+  if (pick > 0 && pick < options.files.size()) {
+    // A partial Fisher-Yates shuffle from the printed seed: the same seed picks the same files.
+    if (pick_seed_opt->count() == 0) pick_seed = ithbat::scenario::DrawSeed();
+    std::mt19937_64 rng(pick_seed);
+    for (size_t i = 0; i < pick; ++i) {
+      std::uniform_int_distribution<size_t> d(i, options.files.size() - 1);
+      std::swap(options.files[i], options.files[d(rng)]);
+    }
+    options.files.resize(pick);
+    std::sort(options.files.begin(), options.files.end());
+    fmt::print("picked {} file(s) with --pick-seed {}: {}\n", pick, pick_seed, fmt::join(options.files, " "));
+  }
+  if (!options.sweep.empty() && !options.world_dir.empty()) {
+    fmt::print(stderr, "ithbat-lab: --sweep runs worlds; it does not take --world\n");
+    return 2;
+  }
   auto results = ithbat::sim::lab::RunLab(options, stdout);
+  if (!options.sweep.empty()) {
+    size_t errors = 0;
+    for (const auto& r : results) errors += r.error.empty() ? 0 : 1;
+    fmt::print("{} sweep run(s), {} could not run\n", results.size(), errors);
+    return errors > 0 ? 1 : 0;
+  }
   int failed = 0, skipped = 0;
   for (const auto& r : results) {
     failed += r.ok() || r.skipped() ? 0 : 1;

@@ -103,6 +103,7 @@ Result<World> ParseWorld(std::string_view text) {
     w.seed = static_cast<uint64_t>(it->get<int64_t>());
   }
   w.quick = doc.value("quick", false);
+  w.magnitude = doc.value("magnitude", 1.0);
   w.time_compression = Num(doc, "time_compression", 1);
   w.byte_scale = Num(doc, "byte_scale", 1);
   w.root = Str(doc, "root");

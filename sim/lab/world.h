@@ -95,6 +95,7 @@ struct World {
   std::string scenario;
   uint64_t seed = 0;
   bool quick = false;
+  double magnitude = 1.0;
   double time_compression = 1;
   double byte_scale = 1;
   std::string root;

@@ -14,6 +14,7 @@
 
 #include "runner/process.h"
 #include "runner/world.h"
+#include "scenario/magnitude.h"
 
 #ifndef ITHBAT_SIM_DEFAULT_ITHBAT
 #define ITHBAT_SIM_DEFAULT_ITHBAT ""
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
   auto* seed_opt = run->add_option("--seed", seed,
                                    "Seed for the scenario's ranges (default: the file's, else a fresh one)");
   run->add_flag("--quick", ro.quick, "The smaller CI configuration (quick.* values)");
+  run->add_option("--magnitude", ro.magnitude,
+                  "Scale the timeline's graded faults: 0 none, 1 as written (docs/scenarios.md, \"Fault magnitude\")")
+      ->check(CLI::Range(0.0, ithbat::scenario::kMaxMagnitude));
   run->add_option("--root", root, "Run directory: must not exist yet (or be empty); default a fresh /tmp/ithbat-sim-XXXXXX. Kept "
                   "afterwards");
   run->add_option("--ithbat,--agent", ithbat_path, "The agent binary")

@@ -28,6 +28,7 @@
 #include "runner/plan.h"
 #include "runner/process.h"
 #include "runner/world_record.h"
+#include "scenario/magnitude.h"
 #include "scenario/rng.h"
 #include "scenario/scenario.h"
 #include "workload/serve_spec.h"
@@ -213,6 +214,8 @@ class World {
     Log("scenario {} seed {}{}", unresolved_.name, seed_, o_.quick ? " (quick)" : "");
     auto resolved = scenario::Resolve(unresolved_, seed_);
     if (!resolved) return MakeErrorF(ErrorCode::kInvalidArgument, "resolve: {}", resolved.error().message);
+    if (auto st = scenario::ScaleFaultMagnitude(*resolved, o_.magnitude); !st) return st;
+    if (o_.magnitude != 1.0) Log("fault magnitude {}", o_.magnitude);
     s_ = std::move(*resolved);
     c_ = s_.time_compression > 0 ? s_.time_compression : 1.0;
     byte_scale_ = ChooseByteScale(s_);
@@ -222,6 +225,7 @@ class World {
     record_.scenario = s_.name;
     record_.seed = seed_;
     record_.quick = o_.quick;
+    record_.magnitude = o_.magnitude;
     record_.time_compression = c_;
     record_.byte_scale = byte_scale_;
     record_.duration_real_s = duration_real_s_;

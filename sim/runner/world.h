@@ -20,6 +20,9 @@ struct RunOptions {
   std::filesystem::path scenario_file;
   std::optional<uint64_t> seed;  // none: scenario's seed, else DrawSeed()
   bool quick = false;
+  // Fault magnitude (src/scenario/magnitude.h): the timeline's graded faults scaled between none
+  // (0) and as written (1); for the lab's sweep.
+  double magnitude = 1.0;
   // "" = a fresh /tmp/ithbat-sim-XXXXXX. A given root must not exist or be an empty directory
   // (a reused one would mix an old world's files into this one); created with mode 0700.
   std::filesystem::path root;

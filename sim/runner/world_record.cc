@@ -25,6 +25,7 @@ std::string WorldToJson(const WorldRecord& w) {
   j["scenario"] = w.scenario;
   j["seed"] = w.seed;
   j["quick"] = w.quick;
+  j["magnitude"] = w.magnitude;
   j["time_compression"] = w.time_compression;
   j["byte_scale"] = w.byte_scale;
   j["root"] = w.root;

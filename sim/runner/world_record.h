@@ -113,6 +113,7 @@ struct WorldRecord {
   std::string scenario;
   uint64_t seed = 0;
   bool quick = false;
+  double magnitude = 1.0;  // fault magnitude the run used (1 = as written)
   double time_compression = 1;
   double byte_scale = 1;
   std::string root;
