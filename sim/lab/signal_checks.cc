@@ -1,6 +1,7 @@
 #include "lab/signal_checks.h"
 
 #include "lab/check_util.h"
+#include "lab/checks_host_fabric.h"
 
 #include <algorithm>
 #include <array>
@@ -166,6 +167,16 @@ FindingCheck CheckDataImbalance(const World& world, const Evidence& evidence, co
   waits.observed = fmt::format("{:.1f} s of arrival lag over {:.0f} rank-seconds ({:.1f}%)", lag, rank_seconds,
                                100 * share);
   out.signals.push_back(waits);
+
+  // 3. The lateness is work, not the host: a data straggler's GPU is the busiest of the job,
+  // never launch-starved while its peers wait (the host-jitter look-alike rotates and waits too,
+  // but its late rank's GPU runs dry first; CheckHostBottleneck judges the opposite).
+  SignalResult work{"the late ranks' GPUs are busy, not launch-starved by their hosts", false, "", std::nullopt};
+  const LaunchStarvation st = CountLaunchStarvation(evidence, *job, from, to);
+  work.ok = !st.HostBound();
+  work.observed = fmt::format("{} samples of a starved GPU among busy peers, the rank then last in {}", st.samples,
+                              st.followed_by_last);
+  out.signals.push_back(work);
   out.budget = std::nullopt;
   return out;
 }

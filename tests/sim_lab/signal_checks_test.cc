@@ -101,9 +101,10 @@ TEST(SignalChecks, RoamingSlowestRankPassesPersistentFails) {
     }
     const Evidence ev = st.Take();
     const FindingCheck c = CheckDataImbalance(w, ev, Finding(scenario::Cause::kDataImbalance));
-    ASSERT_EQ(c.signals.size(), 2u);
+    ASSERT_EQ(c.signals.size(), 3u);
     EXPECT_EQ(c.signals[0].ok, roaming) << c.signals[0].observed;
     EXPECT_TRUE(c.signals[1].ok) << c.signals[1].observed;
+    EXPECT_TRUE(c.signals[2].ok) << c.signals[2].observed;  // no GPU series: nothing starved
     if (roaming) {
       ASSERT_TRUE(c.signals[0].first_seen.has_value());
       // Two distinct ranks (half of 4) were last by the third sample.
