@@ -1,6 +1,7 @@
 #include "lab/signal_checks.h"
 
 #include "lab/check_util.h"
+#include "lab/checks_gpu.h"
 #include "lab/checks_host_fabric.h"
 
 #include <algorithm>
@@ -95,6 +96,7 @@ FindingCheck CheckDataImbalance(const World& world, const Evidence& evidence, co
                        std::nullopt};
   std::vector<std::string> parts;
   TimeNs seen = 0;
+  int judged = 0;
   for (const auto& node : JobNodes(*job)) {
     const auto series =
         evidence.Samples(node, fmt::format("ithbat_probe_nccl_last_arrivals_total{{{}}}", JobPids(*job, node)), from, to);
@@ -114,9 +116,13 @@ FindingCheck CheckDataImbalance(const World& world, const Evidence& evidence, co
       }
     }
     double total = 0, top = 0;
+    std::string top_rank;
     for (const auto& [r, c] : per_rank) {
       total += c;
-      top = std::max(top, c);
+      if (c > top) {
+        top = c;
+        top_rank = r;
+      }
     }
     const double fair = total / static_cast<double>(n);
     const size_t spread = std::count_if(per_rank.begin(), per_rank.end(), [&](const auto& p) {
@@ -126,6 +132,22 @@ FindingCheck CheckDataImbalance(const World& world, const Evidence& evidence, co
     // With two ranks a fair split is already half: allow 1.5 fair shares there.
     const double max_share = std::max(kRotationMaxShare, 1.5 / static_cast<double>(n));
     const bool ok = total >= 2.0 * static_cast<double>(n) && top <= max_share * total && spread >= need;
+    // A rank made slow by its own GPU is last on its node whatever the data does: that node
+    // cannot show rotation, and its persistence is thermal_power's evidence (a finding of its
+    // own), not evidence against imbalance. Such a node is left out; rotation must hold on every
+    // other node, and at least one node must be judged.
+    if (!ok && total > 0 && top > max_share * total) {
+      const WorldRank* hot = nullptr;
+      for (const auto& r : job->ranks) {
+        if (r.node == node && std::to_string(r.rank) == top_rank) hot = &r;
+      }
+      if (hot != nullptr && ThermalActiveShare(evidence, node, hot->gpu, from, to) >= kThermalActiveShare) {
+        parts.push_back(fmt::format("{}: rank {} last in {:.0f}% and its GPU is thermally throttled: node left out",
+                                    node, top_rank, 100.0 * top / total));
+        continue;
+      }
+    }
+    ++judged;
     parts.push_back(fmt::format("{}: {} aligned-last over {} ranks, top rank {:.0f}%, {} ranks ≥ half a fair share",
                                 node, total, per_rank.size(), total > 0 ? 100.0 * top / total : 0.0, spread));
     if (!ok) {
@@ -143,9 +165,9 @@ FindingCheck CheckDataImbalance(const World& world, const Evidence& evidence, co
       }
     }
   }
-  if (parts.empty()) {
+  if (judged == 0) {
     rotates.ok = false;
-    parts.push_back("no node with two ranks of the job");
+    parts.push_back("no node with two ranks of the job and no throttled last rank");
   }
   rotates.observed = fmt::format("{}", fmt::join(parts, "; "));
   if (rotates.ok && seen > 0) rotates.first_seen = seen;

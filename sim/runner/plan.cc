@@ -206,6 +206,11 @@ Result<workload::TrainSpec> BuildTrainSpec(const Resolved& s, const scenario::Sc
     spec.checkpoint = cp;
   }
   spec.loss.model = job.loss.model;
+  // A zero learning rate moves no weight: a loss model of learning (decay, a later drift or
+  // explosion, memorising a batch) stays where it started, noise only, as a real run with lr 0
+  // prints. A NaN from the data is not learning and stays.
+  if (job.lr.schedule == scenario::LrSchedule::kZero && job.loss.model != scenario::LossModel::kNan)
+    spec.loss.model = scenario::LossModel::kFlat;
   spec.loss.initial = job.loss.initial;
   spec.loss.final = job.loss.final;
   spec.loss.noise = job.loss.noise;

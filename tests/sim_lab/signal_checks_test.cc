@@ -113,6 +113,35 @@ TEST(SignalChecks, RoamingSlowestRankPassesPersistentFails) {
   }
 }
 
+TEST(SignalChecks, AThrottledLastRankLeavesItsNodeOutOfTheRotationTest) {
+  // Two findings in one job: node n2's rank 6 is last every time because its GPU is throttled;
+  // node n1 rotates. Without the thermal clock event on that GPU the node counts against
+  // rotation (a persistent straggler is not data imbalance).
+  for (bool throttled : {true, false}) {
+    Stores st;
+    World w = OneJobWorld(4, 40);
+    w.nodes.push_back({"n2", "", "", {}});
+    for (int r = 4; r < 8; ++r) w.jobs[0].ranks.push_back({r, r - 4, "n2", r - 4, "", 100 + r});
+    for (int r = 0; r < 8; ++r) {
+      const std::string node = r < 4 ? "n1" : "n2";
+      auto last = Counter(40, [&](int i) { return r < 4 ? (i % 4 == r ? 1.0 : 0.0) : (r == 6 ? 1.0 : 0.0); });
+      st.Series(node, "ithbat_probe_nccl_last_arrivals_total", MetricType::kCounter,
+                {{"rank", std::to_string(r)}, {"pid", std::to_string(100 + r)}}, last);
+      st.Series(node, "ithbat_probe_nccl_arrival_lag_seconds_total", MetricType::kCounter,
+                {{"rank", std::to_string(r)}, {"pid", std::to_string(100 + r)}}, Counter(40, [](int) { return 0.1; }));
+    }
+    st.Series("n2", "ithbat_gpu_clock_event_active", MetricType::kGauge, {{"gpu", "2"}, {"reason", "sw_thermal_slowdown"}},
+              std::vector<double>(40, throttled ? 1.0 : 0.0));
+    const Evidence ev = st.Take();
+    const FindingCheck c = CheckDataImbalance(w, ev, Finding(scenario::Cause::kDataImbalance));
+    ASSERT_FALSE(c.signals.empty());
+    EXPECT_EQ(c.signals[0].ok, throttled) << c.signals[0].observed;
+    if (throttled) {
+      EXPECT_NE(c.signals[0].observed.find("node left out"), std::string::npos) << c.signals[0].observed;
+    }
+  }
+}
+
 TEST(SignalChecks, NoWaitingMeansNoImbalanceSignal) {
   Stores st;
   const World w = OneJobWorld(2, 20);

@@ -181,6 +181,23 @@ TEST(PlanTest, TrainSpecInRealUnits) {
   EXPECT_TRUE(*back == *spec);
 }
 
+TEST(PlanTest, ZeroLearningRateLearnsNothing) {
+  Loaded w = Load("srun");
+  SpecContext ctx{10, 32, 7, "", 4};
+  auto spec = BuildTrainSpec(w.resolved, w.unresolved, 0, ctx);
+  ASSERT_TRUE(spec.has_value()) << spec.error().message;
+  EXPECT_EQ(spec->loss.model, scenario::LossModel::kDecay);  // as written, with a cosine schedule
+  w.resolved.jobs[0].lr.schedule = scenario::LrSchedule::kZero;
+  spec = BuildTrainSpec(w.resolved, w.unresolved, 0, ctx);
+  ASSERT_TRUE(spec.has_value()) << spec.error().message;
+  EXPECT_EQ(spec->loss.model, scenario::LossModel::kFlat);
+  EXPECT_EQ(spec->lr.schedule, scenario::LrSchedule::kZero);
+  w.resolved.jobs[0].loss.model = scenario::LossModel::kNan;  // bad data is not learning
+  spec = BuildTrainSpec(w.resolved, w.unresolved, 0, ctx);
+  ASSERT_TRUE(spec.has_value());
+  EXPECT_EQ(spec->loss.model, scenario::LossModel::kNan);
+}
+
 TEST(PlanTest, NoCheckpointDirMeansNoCheckpoint) {
   Loaded w = Load("srun");
   auto spec = BuildTrainSpec(w.resolved, w.unresolved, 0, SpecContext{1, 1, 1, "", 0});
