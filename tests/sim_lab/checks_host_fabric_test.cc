@@ -8,46 +8,15 @@
 
 #include <gtest/gtest.h>
 
+#include "sim_lab/synthetic_stores.h"
+
 #include "lab/checks_host_fabric.h"
 
 namespace ithbat::sim::lab {
 namespace {
 
-constexpr TimeNs kS = kNsPerSec;
-constexpr TimeNs kT0 = 1'800'000'000LL * kS;
 constexpr int kSeconds = 60;
 constexpr int kOnset = 30;  // seconds after kT0
-
-using Labels = std::vector<std::pair<std::string, std::string>>;
-
-class Stores {
- public:
-  store::Store& Node(const std::string& name) {
-    auto& s = stores_[name];
-    if (!s) {
-      store::StoreOptions o;
-      o.retention = 365LL * 24 * 3600 * kS;
-      s = std::move(*store::Store::Open(o));
-    }
-    return *s;
-  }
-  // A series with these labels; `values[i]` at kT0 + i s.
-  void Series(const std::string& node, const std::string& metric, MetricType type, const Labels& labels,
-              const std::vector<double>& values) {
-    MetricDesc d{metric, "test series", "", type, {}};
-    auto ls = LabelSet::From(labels);
-    ASSERT_TRUE(ls.has_value());
-    auto ref = Node(node).RegisterSeries(d, *ls);
-    ASSERT_TRUE(ref.has_value()) << ref.error().message;
-    for (size_t i = 0; i < values.size(); ++i) {
-      ASSERT_TRUE(Node(node).Append(*ref, kT0 + static_cast<TimeNs>(i) * kS, values[i]).has_value());
-    }
-  }
-  Evidence Take() { return Evidence::FromStores(std::move(stores_)); }
-
- private:
-  std::map<std::string, std::unique_ptr<store::Store>> stores_;
-};
 
 // Samples of a counter whose per-second growth is `per_s(i)`.
 std::vector<double> Counter(const std::function<double(int)>& per_s) {

@@ -7,52 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include "sim_lab/synthetic_stores.h"
+
 namespace ithbat::sim::lab {
 namespace {
-
-constexpr TimeNs kS = kNsPerSec;
-constexpr TimeNs kT0 = 1'800'000'000LL * kS;
-
-class Stores {
- public:
-  store::Store& Node(const std::string& name) {
-    auto& s = stores_[name];
-    if (!s) {
-      store::StoreOptions o;
-      o.retention = 365LL * 24 * 3600 * kS;
-      s = std::move(*store::Store::Open(o));
-    }
-    return *s;
-  }
-  // A counter/gauge series with these labels; `values[i]` at kT0 + i s.
-  void Series(const std::string& node, const std::string& metric, MetricType type,
-              std::vector<std::pair<std::string, std::string>> labels, const std::vector<double>& values,
-              TimeNs start = kT0) {
-    MetricDesc d{metric, "test series", "", type, {}};
-    auto ls = LabelSet::From(labels);
-    ASSERT_TRUE(ls.has_value());
-    auto ref = Node(node).RegisterSeries(d, *ls);
-    ASSERT_TRUE(ref.has_value()) << ref.error().message;
-    for (size_t i = 0; i < values.size(); ++i) {
-      ASSERT_TRUE(Node(node).Append(*ref, start + static_cast<TimeNs>(i) * kS, values[i]).has_value());
-    }
-  }
-  void Loss(const std::string& node, const std::string& job, int32_t pid, int64_t step, double value, TimeNs t) {
-    Event e;
-    e.identity.pid = pid;
-    e.time = t;
-    e.kind = EventKind::kLoss;
-    e.identity.job = job;
-    e.identity.rank = 0;
-    e.step = step;
-    e.value = value;
-    ASSERT_TRUE(Node(node).AppendEvent(e).has_value());
-  }
-  Evidence Take() { return Evidence::FromStores(std::move(stores_)); }
-
- private:
-  std::map<std::string, std::unique_ptr<store::Store>> stores_;
-};
 
 World OneJobWorld(int ranks, int seconds) {
   World w;
@@ -263,8 +221,8 @@ TEST(SignalChecks, DivergenceAndRerunAlignment) {
     for (auto& r : rerun.ranks) r.pid += 100;
     w.jobs.push_back(rerun);
     for (int s = 700; s < 860; s += 5) {
-      st.Loss("n1", "j1", 100, s, s >= 800 ? NAN : 2.0 + 0.001 * (s - 700), kT0 + s * kS);
-      st.Loss("n1", "j2", 200, s, s >= rerun_at ? 50.0 : 2.0, kT0 + s * kS);
+      st.Loss("n1", 100, s, s >= 800 ? NAN : 2.0 + 0.001 * (s - 700), kT0 + s * kS, "j1");
+      st.Loss("n1", 200, s, s >= rerun_at ? 50.0 : 2.0, kT0 + s * kS, "j2");
     }
     const Evidence ev = st.Take();
     scenario::ExpectedFinding f = Finding(scenario::Cause::kRecipeNumerics);
@@ -283,7 +241,7 @@ TEST(SignalChecks, HardwareFaultCountsAgainstInnocence) {
   Stores st;
   const World w = OneJobWorld(1, 10);
   st.Series("n1", "ithbat_gpu_xid_errors_total", MetricType::kCounter, {{"gpu", "0"}}, {0, 0, 0, 1, 1, 1});
-  st.Loss("n1", "j1", 100, 10, 2.0, kT0);
+  st.Loss("n1", 100, 10, 2.0, kT0, "j1");
   const Evidence ev = st.Take();
   const FindingCheck c = CheckRecipeNumerics(w, ev, Finding(scenario::Cause::kRecipeNumerics));
   EXPECT_FALSE(c.signals[1].ok);
