@@ -51,6 +51,13 @@ std::string Describe(const scenario::ExpectedFinding& f) {
   return s;
 }
 
+FindingCheck NoJob(const scenario::ExpectedFinding& f) {
+  FindingCheck out;
+  out.expected = Describe(f);
+  out.signals.push_back({"the job ran", false, fmt::format("no job {} in world.json", f.job), std::nullopt});
+  return out;
+}
+
 // When the budget starts counting, on the world's clock.
 std::optional<TimeNs> BudgetStart(const World& world, const scenario::ResolvedScenario& resolved,
                                   const scenario::ExpectedBudget& b, const WorldJob* job) {

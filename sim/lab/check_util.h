@@ -31,6 +31,8 @@ std::string JobPids(const WorldJob& job, const std::string& node);
 // The process whose output carries the job's log lines: rank 0 (or the lowest rank known).
 int32_t LoggingPid(const WorldJob& job);
 std::set<std::string> JobNodes(const WorldJob& job);
+// The result of a check whose subject job is not in world.json: one failed signal saying so.
+FindingCheck NoJob(const scenario::ExpectedFinding& f);
 // "job: data_imbalance (job x) [resource]"
 std::string Describe(const scenario::ExpectedFinding& f);
 // When the budget starts counting, on the world's clock.

@@ -57,13 +57,6 @@ std::set<int64_t> SubjectRanks(const ExpectedFinding& f, const WorldJob& job) {
   return out;
 }
 
-FindingCheck NoJob(const ExpectedFinding& f) {
-  FindingCheck out;
-  out.expected = Describe(f);
-  out.signals.push_back({"the job ran", false, fmt::format("no job {} in world.json", f.job), std::nullopt});
-  return out;
-}
-
 // A counter's first increase at or after `from` (sample times), and its total increase there.
 struct Growth {
   double total = 0;

@@ -46,13 +46,6 @@ Samples OneSeries(const Evidence& ev, const std::string& node, const std::string
   return all.empty() ? Samples{} : std::move(all.front().second);
 }
 
-FindingCheck NoJob(const scenario::ExpectedFinding& f) {
-  FindingCheck out;
-  out.expected = Describe(f);
-  out.signals.push_back({"the job ran", false, fmt::format("no job {} in world.json", f.job), std::nullopt});
-  return out;
-}
-
 // ---- the fabric ---------------------------------------------------------------------------
 
 struct Port {

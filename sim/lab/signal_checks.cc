@@ -85,10 +85,7 @@ FindingCheck CheckDataImbalance(const World& world, const Evidence& evidence, co
   FindingCheck out;
   out.expected = Describe(f);
   const WorldJob* job = world.Job(f.job);
-  if (job == nullptr) {
-    out.signals.push_back({"the job ran", false, fmt::format("no job {} in world.json", f.job), std::nullopt});
-    return out;
-  }
+  if (job == nullptr) return NoJob(f);
   const TimeNs from = job->started;
   const TimeNs to = JobEnd(world, *job);
   // 1. The slowest rank rotates: per node, the last-arrival counts over the local ranks.
@@ -385,10 +382,7 @@ FindingCheck CheckRecipeNumerics(const World& world, const Evidence& evidence, c
   FindingCheck out;
   out.expected = Describe(f);
   const WorldJob* job = world.Job(f.job);
-  if (job == nullptr) {
-    out.signals.push_back({"the job ran", false, fmt::format("no job {} in world.json", f.job), std::nullopt});
-    return out;
-  }
+  if (job == nullptr) return NoJob(f);
   SignalResult diverges{"the loss diverges in the job's output", false, "", std::nullopt};
   auto d = Divergence(evidence, *job);
   if (d) {
