@@ -8,12 +8,9 @@
 
 namespace ithbat::sim::lab {
 
-std::string Label(const LabelSet& labels, std::string_view name) {
-  auto v = labels.Get(name);
-  return v ? std::string(*v) : std::string();
-}
+std::string Label(const LabelSet& labels, std::string_view name) { return detect::Label(labels, name); }
 
-std::string Quote(std::string_view v) { return "\"" + EscapeLabelValue(v) + "\""; }
+std::string Quote(std::string_view v) { return detect::Quote(v); }
 
 TimeNs JobEnd(const World& world, const WorldJob& job) { return job.ended > 0 ? job.ended : world.ended; }
 

@@ -10,6 +10,7 @@
 
 #include "core/labels.h"
 #include "core/time.h"
+#include "detect/jobs.h"
 #include "lab/evidence.h"
 #include "lab/signal_checks.h"
 #include "lab/world.h"

@@ -1,0 +1,46 @@
+#include "detect/detector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "detect/registry.h"
+
+namespace ithbat::detect {
+
+std::span<const DetectorInfo> Detectors() { return RegisteredDetectors(); }
+
+std::vector<Finding> RunDetectors(const FleetView& view, TimeNs from, TimeNs now) {
+  const FleetView clamped = view.AsOf(now);
+  const std::vector<JobView> jobs = DiscoverJobs(clamped, from, now);
+  DetectInput in{clamped, jobs, from, now};
+  std::vector<Finding> out;
+  for (const auto& d : Detectors()) {
+    auto f = d.run(in);
+    for (auto& x : f) {
+      if (x.detector.empty()) x.detector = std::string(d.name);
+      out.push_back(std::move(x));
+    }
+  }
+  return out;
+}
+
+double Median(std::vector<double> v) { return Quantile(std::move(v), 0.5); }
+
+double Mean(const std::vector<double>& v) {
+  if (v.empty()) return std::nan("");
+  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  q = std::clamp(q, 0.0, 1.0);
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  const double frac = pos - static_cast<double>(lo);
+  return v[lo] + (v[hi] - v[lo]) * frac;
+}
+
+}  // namespace ithbat::detect

@@ -1,0 +1,53 @@
+#pragma once
+// The detectors: one per incident class, grouped in one folder per family (README.md). Each is
+// a pure function of what the stores hold up to `now` → findings with evidence. None reads a
+// scenario, a simulator file or a list of expected subjects: jobs, ranks and GPUs come from the
+// labels the agents attached when they collected (jobs.h).
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/finding.h"
+#include "detect/fleet_view.h"
+#include "detect/jobs.h"
+
+namespace ithbat::detect {
+
+struct DetectInput {
+  const FleetView& view;            // clamped to `now` (FleetView::AsOf)
+  const std::vector<JobView>& jobs; // DiscoverJobs over [from, now]
+  TimeNs from = 0;                  // the analysis window's start
+  TimeNs now = 0;
+};
+
+using DetectorFn = std::vector<Finding> (*)(const DetectInput&);
+
+struct DetectorInfo {
+  std::string_view name;    // "stragglers", "stalls", ...
+  std::string_view family;  // its folder under src/detect
+  DetectorFn run;
+};
+
+// Every detector, in the order the investigator walks them (job → node → network → storage).
+std::span<const DetectorInfo> Detectors();
+
+// Runs every detector over the view clamped to `now`, jobs discovered over [from, now].
+std::vector<Finding> RunDetectors(const FleetView& view, TimeNs from, TimeNs now);
+
+// Small statistics every family uses.
+double Median(std::vector<double> v);  // NaN for none
+double Mean(const std::vector<double>& v);
+double Quantile(std::vector<double> v, double q);  // linear interpolation, q in [0, 1]
+
+// The collectors that Evidence::collector names (the two-collector rule counts these).
+inline constexpr std::string_view kCollectorGpu = "gpu";           // NVML counters and events
+inline constexpr std::string_view kCollectorProbes = "probes";     // eBPF on libcuda/libnccl
+inline constexpr std::string_view kCollectorJoblog = "joblog";     // the job's own output
+inline constexpr std::string_view kCollectorSchedIo = "sched_io";  // off-CPU time, file I/O latency
+inline constexpr std::string_view kCollectorNode = "node";         // mounts, block devices, IB ports
+inline constexpr std::string_view kCollectorHost = "host";         // /proc CPU, memory, pressure
+inline constexpr std::string_view kCollectorKmsg = "kmsg";         // kernel log Xid lines
+inline constexpr std::string_view kCollectorServing = "serving";   // inference servers' /metrics
+inline constexpr std::string_view kCollectorNcclProfiler = "nccl_profiler";
+
+}  // namespace ithbat::detect

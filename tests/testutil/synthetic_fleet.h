@@ -1,0 +1,74 @@
+#pragma once
+// Synthetic agent stores for tests of whatever reads stores the way the detectors do (the
+// detectors, the investigator, the lab's checks): one in-memory store per node, series with one
+// sample a second from a fixed time, events and step spans. Header-only: tests that include it
+// link ithbat_store (through ithbat_detect or ithbat_sim_lab).
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/event.h"
+#include "core/labels.h"
+#include "core/metric.h"
+#include "detect/fleet_view.h"
+#include "store/store.h"
+
+namespace ithbat::testutil {
+
+inline constexpr TimeNs kS = kNsPerSec;
+inline constexpr TimeNs kT0 = 1'800'000'000LL * kS;
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+class SyntheticFleet {
+ public:
+  store::Store& Node(const std::string& name) {
+    auto& s = stores_[name];
+    if (!s) {
+      store::StoreOptions o;
+      o.retention = 365LL * 24 * 3600 * kS;
+      s = std::move(*store::Store::Open(o));
+    }
+    return *s;
+  }
+  // A counter/gauge series with these labels; `values[i]` at start + i × step.
+  void Series(const std::string& node, const std::string& metric, MetricType type, const Labels& labels,
+              const std::vector<double>& values, TimeNs start = kT0, TimeNs step = kS) {
+    MetricDesc d{metric, "test series", "", type, {}};
+    auto ls = LabelSet::From(labels);
+    ASSERT_TRUE(ls.has_value());
+    auto ref = Node(node).RegisterSeries(d, *ls);
+    ASSERT_TRUE(ref.has_value()) << ref.error().message;
+    for (size_t i = 0; i < values.size(); ++i) {
+      ASSERT_TRUE(Node(node).Append(*ref, start + static_cast<TimeNs>(i) * step, values[i]).has_value());
+    }
+  }
+  void AddEvent(const std::string& node, Event e) { ASSERT_TRUE(Node(node).AppendEvent(std::move(e)).has_value()); }
+  // A rank's loss event of process `pid` in job `job`.
+  void Loss(const std::string& node, int32_t pid, int64_t step, double value, TimeNs t, const std::string& job = "",
+            int32_t rank = 0) {
+    Event e;
+    e.identity.pid = pid;
+    e.identity.job = job;
+    e.identity.rank = rank;
+    e.time = t;
+    e.kind = EventKind::kLoss;
+    e.source = "joblog";
+    e.step = step;
+    e.value = value;
+    AddEvent(node, std::move(e));
+  }
+  void Step(const std::string& node, const std::string& job, int32_t rank, int64_t step, TimeNs start, TimeNs end) {
+    ASSERT_TRUE(Node(node).RecordStep(job, rank, StepSpan{step, start, end}).has_value());
+  }
+  std::map<std::string, std::unique_ptr<store::Store>> TakeStores() { return std::move(stores_); }
+  detect::FleetView TakeView() { return detect::FleetView::Owning(TakeStores()); }
+
+ private:
+  std::map<std::string, std::unique_ptr<store::Store>> stores_;
+};
+
+}  // namespace ithbat::testutil
