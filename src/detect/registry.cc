@@ -2,10 +2,14 @@
 
 #include <array>
 
+#include "detect/stragglers/stragglers.h"
+
 namespace ithbat::detect {
 
 std::span<const DetectorInfo> RegisteredDetectors() {
-  static const std::array<DetectorInfo, 0> kAll{};
+  static const std::array kAll{
+      DetectorInfo{"stragglers", "stragglers", &DetectStragglers},
+  };
   return kAll;
 }
 

@@ -1,0 +1,515 @@
+#include "detect/stragglers/stragglers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+
+namespace ithbat::detect {
+namespace {
+
+// Counter growth per tick: the sample's time → the increase since the previous sample.
+using Deltas = std::map<TimeNs, double>;
+
+Deltas ToDeltas(const std::vector<store::Sample>& s) {
+  Deltas d;
+  for (size_t i = 1; i < s.size(); ++i) {
+    const double x = s[i].v - s[i - 1].v;
+    d[s[i].t] = x >= 0 ? x : s[i].v;  // a reset: the new value is growth
+  }
+  return d;
+}
+
+double Sum(const Deltas& d) {
+  double s = 0;
+  for (const auto& [t, v] : d) s += v;
+  return s;
+}
+
+double SumBetween(const Deltas& d, TimeNs from, TimeNs to) {  // (from, to]
+  double s = 0;
+  for (auto it = d.upper_bound(from); it != d.end() && it->first <= to; ++it) s += it->second;
+  return s;
+}
+
+// One rank's series on its node over the window.
+struct RankData {
+  const RankProcess* process = nullptr;
+  Deltas last;     // aligned collectives it arrived last at
+  Deltas lag;      // seconds enqueued behind the first local rank
+  Deltas aligned;  // aligned collectives
+  Deltas grid;     // thread blocks launched (the work proxy)
+  Deltas io;       // seconds inside write/fsync/close
+  std::map<TimeNs, double> util;  // its GPU's utilisation samples
+};
+
+struct NodeData {
+  std::string node;
+  std::vector<TimeWindow> saves;  // the job's checkpoint saves (from its output), widened by a tick
+  std::vector<RankData> ranks;
+  double total_last = 0;
+  double aligned = 0;
+  double lag = 0;
+  double rank_seconds = 0;
+};
+
+std::map<std::string, Deltas> DeltasByPid(const FleetView& view, const std::string& node, const std::string& metric,
+                                          const std::string& job, TimeNs from, TimeNs to) {
+  std::map<std::string, Deltas> out;
+  for (const auto& [v, samples] : view.Samples(node, fmt::format("{}{{job_id={}}}", metric, Quote(job)), from, to)) {
+    Deltas d = ToDeltas(samples);
+    Deltas& into = out[Label(v.labels, "pid")];
+    for (const auto& [t, x] : d) into[t] += x;
+  }
+  return out;
+}
+
+NodeData LoadNode(const FleetView& view, const JobView& job, const std::string& node, TimeNs from, TimeNs to) {
+  NodeData n;
+  n.node = node;
+  auto last = DeltasByPid(view, node, "ithbat_probe_nccl_last_arrivals_total", job.id, from, to);
+  auto lag = DeltasByPid(view, node, "ithbat_probe_nccl_arrival_lag_seconds_total", job.id, from, to);
+  auto aligned = DeltasByPid(view, node, "ithbat_probe_nccl_aligned_total", job.id, from, to);
+  auto grid = DeltasByPid(view, node, "ithbat_probe_grid_blocks_total", job.id, from, to);
+  auto io = DeltasByPid(view, node, "ithbat_io_seconds_total", job.id, from, to);
+  std::map<std::string, std::map<TimeNs, double>> util_by_uuid;
+  for (const auto& [v, samples] : view.Samples(node, "ithbat_gpu_utilization_ratio", from, to)) {
+    auto& u = util_by_uuid[Label(v.labels, "gpu_uuid")];
+    for (const auto& s : samples) u[s.t] = s.v;
+  }
+  for (const auto& p : job.processes) {
+    if (p.node != node) continue;
+    const std::string pid = std::to_string(p.pid);
+    if (!last.contains(pid) && !aligned.contains(pid)) continue;
+    RankData r;
+    r.process = &p;
+    r.last = last[pid];
+    r.lag = lag[pid];
+    r.aligned = aligned[pid];
+    r.grid = grid[pid];
+    r.io = io[pid];
+    if (auto it = util_by_uuid.find(p.gpu_uuid); it != util_by_uuid.end()) r.util = it->second;
+    n.total_last += Sum(r.last);
+    n.aligned = std::max(n.aligned, Sum(r.aligned));
+    n.lag += Sum(r.lag);
+    n.ranks.push_back(std::move(r));
+  }
+  n.rank_seconds = static_cast<double>(n.ranks.size()) * static_cast<double>(to - from) / kNsPerSec;
+  store::EventQuery q;
+  q.kinds = {EventKind::kCheckpointBegin, EventKind::kCheckpointEnd};
+  q.job = job.id;
+  q.from = from - 600 * kNsPerSec;
+  q.to = to;
+  TimeNs open = -1;
+  for (const auto& e : view.Events(q)) {
+    if (e.kind == EventKind::kCheckpointBegin) {
+      if (open < 0) open = e.time;
+    } else if (open >= 0) {
+      n.saves.push_back({open - 2 * kNsPerSec, e.time + 2 * kNsPerSec});
+      open = -1;
+    }
+  }
+  if (open >= 0) n.saves.push_back({open - 2 * kNsPerSec, to});
+  return n;
+}
+
+RankRef RefOf(const RankProcess& p) { return RankRef{p.rank, p.local_rank, p.node, p.pid}; }
+GpuRef GpuOf(const RankProcess& p) { return GpuRef{p.node, p.gpu, p.gpu_uuid}; }
+
+// Mean of a GPU's gauge over [from, to] on its node; NaN when absent.
+double GpuMean(const FleetView& view, const RankProcess& p, const std::string& selector_tail, TimeNs from, TimeNs to,
+               const std::string& metric) {
+  auto m = view.Mean(p.node, fmt::format("{}{{gpu_uuid={}{}}}", metric, Quote(p.gpu_uuid), selector_tail), from, to);
+  if (m.empty()) return std::nan("");
+  double s = 0;
+  for (const auto& x : m) s += x.value;
+  return s / static_cast<double>(m.size());
+}
+
+// Share of the GPU's sample ticks with a thermal or power-brake clock event active. The power
+// cap and idle reasons are never counted: every loaded GPU shows them.
+double ThermalShare(const FleetView& view, const RankProcess& p, TimeNs from, TimeNs to, TimeNs* first_run) {
+  std::map<TimeNs, bool> active;
+  for (const auto& [v, samples] : view.Samples(
+           p.node,
+           fmt::format("ithbat_gpu_clock_event_active{{gpu_uuid={},reason=~\"sw_thermal_slowdown|hw_thermal_slowdown|"
+                       "hw_power_brake_slowdown|hw_slowdown\"}}",
+                       Quote(p.gpu_uuid)),
+           from, to)) {
+    for (const auto& s : samples) active[s.t] = active[s.t] || s.v > 0.5;
+  }
+  if (active.empty()) return 0;
+  size_t on = 0;
+  int run = 0;
+  for (const auto& [t, a] : active) {
+    on += a ? 1 : 0;
+    run = a ? run + 1 : 0;
+    if (run == 3 && first_run != nullptr && *first_run == 0) *first_run = t;
+  }
+  return static_cast<double>(on) / static_cast<double>(active.size());
+}
+
+struct Starvation {
+  int samples = 0;
+  int followed_by_last = 0;
+  std::set<const RankProcess*> ranks;
+  TimeNs first = 0;
+  TimeNs last_seen = 0;
+  bool HostBound() const {
+    return samples >= kMinStarvedSamples && followed_by_last >= kStarvedLateShare * static_cast<double>(samples);
+  }
+};
+
+Starvation CountStarvation(const NodeData& n) {
+  Starvation st;
+  // A rank writing a checkpoint idles its GPU while its peers wait in the collective: that is the
+  // save's cost (the stalls detector's), not a host thread too slow to launch.
+  auto saving = [&](const RankData& r, TimeNs t) {
+    for (const auto& w : n.saves) {
+      if (t >= w.start && t <= w.end) return true;
+    }
+    return SumBetween(r.io, t - 2 * kNsPerSec, t + kNsPerSec) > kSaveIoSeconds;
+  };
+  std::set<TimeNs> ticks;
+  for (const auto& r : n.ranks) {
+    for (const auto& [t, u] : r.util) ticks.insert(t);
+  }
+  for (TimeNs t : ticks) {
+    std::vector<const RankData*> starved;
+    for (const auto& r : n.ranks) {
+      auto it = r.util.find(t);
+      if (it == r.util.end() || it->second > kStarvedUtil || saving(r, t)) continue;
+      std::vector<double> peers;
+      for (const auto& o : n.ranks) {
+        if (&o == &r) continue;
+        if (auto jt = o.util.find(t); jt != o.util.end()) peers.push_back(jt->second);
+      }
+      if (peers.empty() || Median(peers) < kPeerBusyUtil) continue;
+      starved.push_back(&r);
+    }
+    // Several GPUs of a node idle at once is the job pausing (a restart after a save, an
+    // evaluation), not one host thread too slow to feed its GPU.
+    if (starved.size() != 1) continue;
+    const RankData& r = *starved.front();
+    ++st.samples;
+    st.ranks.insert(r.process);
+    if (st.samples == kMinStarvedSamples) st.first = t;
+    st.last_seen = t;
+    if (SumBetween(r.last, t - kNsPerSec, t + kStarvedLateWindowNs) > 0) ++st.followed_by_last;
+  }
+  return st;
+}
+
+// The work proxy against the wait: over every tick in which the node's launches were probed and
+// every rank, the Pearson correlation between the rank's work (thread blocks it launched over
+// the tick and the one before — the work precedes the arrival — ÷ the node's median rank's) and
+// how late it enqueued at the tick's collectives (its arrival lag minus the node's mean). A rank
+// late because it had more to compute makes it positive; a rank late because its host thread
+// was delayed launches the same work late, and the correlation stays near zero.
+struct WorkLag {
+  double correlation = std::nan("");
+  size_t points = 0;
+};
+
+WorkLag CorrelateWorkAndLag(const NodeData& n) {
+  std::set<TimeNs> ticks;
+  for (const auto& r : n.ranks) {
+    for (const auto& [t, x] : r.lag) ticks.insert(t);
+  }
+  std::vector<double> xs, ys;
+  for (TimeNs t : ticks) {
+    std::vector<double> work, lag;
+    for (const auto& r : n.ranks) {
+      work.push_back(SumBetween(r.grid, t - 3 * kNsPerSec / 2, t));
+      auto it = r.lag.find(t);
+      lag.push_back(it == r.lag.end() ? 0 : it->second);
+    }
+    const double med = Median(work);
+    if (!(med > 0)) continue;  // launch probes detached on the node this tick: no proxy
+    const double mean_lag = Mean(lag);
+    for (size_t i = 0; i < work.size(); ++i) {
+      xs.push_back(work[i] / med);
+      ys.push_back(lag[i] - mean_lag);
+    }
+  }
+  WorkLag out;
+  out.points = xs.size();
+  if (xs.size() < 3) return out;
+  const double mx = Mean(xs), my = Mean(ys);
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    sxy += (xs[i] - mx) * (ys[i] - my);
+    sxx += (xs[i] - mx) * (xs[i] - mx);
+    syy += (ys[i] - my) * (ys[i] - my);
+  }
+  if (sxx > 0 && syy > 0) out.correlation = sxy / std::sqrt(sxx * syy);
+  return out;
+}
+
+double MeanUtil(const RankData& r) {
+  if (r.util.empty()) return std::nan("");
+  double s = 0;
+  for (const auto& [t, u] : r.util) s += u;
+  return s / static_cast<double>(r.util.size());
+}
+
+struct NodeVerdict {
+  enum Kind { kNone, kPersistent, kRoaming } kind = kNone;
+  const RankData* persistent = nullptr;
+  double top_share = 0;
+  size_t spread = 0;
+  double wait_share = 0;
+};
+
+NodeVerdict Classify(const NodeData& n) {
+  NodeVerdict v;
+  if (n.ranks.size() < 2 || n.aligned < kMinAlignedCollectives || n.total_last <= 0) return v;
+  v.wait_share = n.rank_seconds > 0 ? n.lag / n.rank_seconds : 0;
+  const double fair = n.total_last / static_cast<double>(n.ranks.size());
+  const RankData* top = nullptr;
+  double top_last = 0;
+  for (const auto& r : n.ranks) {
+    const double l = Sum(r.last);
+    if (l > top_last) {
+      top_last = l;
+      top = &r;
+    }
+    if (l >= kRoamingMinFairShare * fair) ++v.spread;
+  }
+  v.top_share = top_last / n.total_last;
+  const double persistent_need = std::max(kPersistentLastShare, kPersistentFairShares / static_cast<double>(n.ranks.size()));
+  if (v.top_share >= persistent_need) {
+    v.kind = NodeVerdict::kPersistent;
+    v.persistent = top;
+  } else if (v.spread >= (n.ranks.size() + 1) / 2) {
+    v.kind = NodeVerdict::kRoaming;
+  }
+  return v;
+}
+
+Evidence Ev(std::string signal, std::string_view collector, std::string subject, double observed, double expected,
+            std::string unit, std::string note, TimeWindow w) {
+  Evidence e;
+  e.signal = std::move(signal);
+  e.collector = std::string(collector);
+  e.subject = std::move(subject);
+  e.observed = observed;
+  e.expected = expected;
+  e.unit = std::move(unit);
+  e.note = std::move(note);
+  e.window = w;
+  return e;
+}
+
+void AddCost(Finding& f, double lag_seconds, double rank_seconds) {
+  f.lost_gpu_seconds += lag_seconds;
+  const double share = rank_seconds > 0 ? std::min(lag_seconds / rank_seconds, 0.9) : 0;
+  f.speedup_with_fix = std::max(f.speedup_with_fix, 1.0 / (1.0 - share));
+  f.baseline_origin = "the ranks' time without the wait for the last local rank at aligned collectives (host enqueue)";
+}
+
+}  // namespace
+
+std::vector<Finding> DetectStragglers(const DetectInput& in) {
+  std::vector<Finding> out;
+  for (const auto& job : in.jobs) {
+    const TimeNs from = std::max({in.from, job.window.start, in.now - kStragglerWindowNs});
+    const TimeNs to = in.now;
+    if (to <= from) continue;
+    const TimeWindow w{from, to};
+    // The SM clock of every GPU of the job, for the peer median.
+    std::map<const RankProcess*, double> sm_clock;
+    for (const auto& p : job.processes) {
+      if (!p.gpu_uuid.empty()) sm_clock[&p] = GpuMean(in.view, p, ",clock=\"sm\"", from, to, "ithbat_gpu_clock_hertz");
+    }
+    Finding imbalance;
+    Finding host;
+    std::vector<Finding> thermal;
+    double imbalance_lag = 0, imbalance_rank_seconds = 0, host_lag = 0, host_rank_seconds = 0;
+    struct Roaming {
+      std::string node;
+      size_t ranks;
+      double total_last, lag, rank_seconds;
+      NodeVerdict verdict;
+      WorkLag work;
+      double mean_util;
+      int starved;
+    };
+    std::vector<Roaming> roaming;  // roaming nodes not held back by a host: data_imbalance's candidates
+    double max_corr = 0;
+    std::vector<std::string> shown_on;  // nodes where data_imbalance's rotation was judged
+    for (const auto& node : job.Nodes()) {
+      NodeData n = LoadNode(in.view, job, node, from, to);
+      NodeVerdict v = Classify(n);
+      if (v.kind == NodeVerdict::kNone || v.wait_share < kMinWaitShare) continue;
+      const std::string wait_note =
+          fmt::format("{}: the ranks waited {:.1f}% of their time for the last local rank ({:.1f} s over {:.0f} "
+                      "rank-seconds, {:.0f} aligned collectives)",
+                      node, 100 * v.wait_share, n.lag, n.rank_seconds, n.aligned);
+      if (v.kind == NodeVerdict::kPersistent) {
+        const RankProcess& p = *v.persistent->process;
+        std::vector<double> peers;
+        for (const auto& [q, c] : sm_clock) {
+          if (q != &p && std::isfinite(c)) peers.push_back(c);
+        }
+        const double clock = sm_clock[&p];
+        const double peer = Median(peers);
+        TimeNs first_run = 0;
+        const double thermal_share = ThermalShare(in.view, p, from, to, &first_run);
+        const double ratio = std::isfinite(clock) && peer > 0 ? clock / peer : 1;
+        if (ratio <= kThermalClockRatio && thermal_share >= kThermalActiveShare) {
+          Finding f;
+          f.verdict = Verdict::kInfrastructure;
+          f.cause = Cause::kThermalPower;
+          f.subjects.job = job.id;
+          f.subjects.nodes = {node};
+          f.subjects.ranks = {RefOf(p)};
+          f.subjects.gpus = {GpuOf(p)};
+          f.window = {first_run > 0 ? first_run : from, to};
+          f.provable_at = to;
+          f.confidence = 0.9;
+          f.evidence.push_back(Ev("ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, fmt::format("rank {}", p.rank),
+                                  100 * v.top_share, 100.0 / static_cast<double>(n.ranks.size()), "%",
+                                  fmt::format("rank {} arrived last at {:.0f}% of {:.0f} aligned collectives on {} (a fair "
+                                              "share is {:.0f}%)",
+                                              p.rank, 100 * v.top_share, n.total_last, node, 100.0 / n.ranks.size()),
+                                  w));
+          f.evidence.push_back(Ev("ithbat_gpu_clock_hertz{clock=\"sm\"}", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
+                                  clock / 1e6, peer / 1e6, "MHz",
+                                  fmt::format("its GPU's SM clock averaged {:.0f} MHz, {:.0f}% of the job's other GPUs' "
+                                              "median {:.0f} MHz",
+                                              clock / 1e6, 100 * ratio, peer / 1e6),
+                                  w));
+          f.evidence.push_back(Ev("ithbat_gpu_clock_event_active", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
+                                  100 * thermal_share, 0, "% of samples",
+                                  fmt::format("a thermal or power-brake slowdown held its clock down in {:.0f}% of the "
+                                              "samples",
+                                              100 * thermal_share),
+                                  w));
+          f.evidence.push_back(Ev("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, node, 100 * v.wait_share,
+                                  0, "% of rank time", wait_note, w));
+          f.summary = fmt::format("GPU {}:{} (rank {}) runs at {:.0f}% of its peers' SM clock under a thermal/power "
+                                  "slowdown and is the last arrival at {:.0f}% of collectives: the job waits for it",
+                                  node, p.gpu, p.rank, 100 * ratio, 100 * v.top_share);
+          AddCost(f, n.lag, n.rank_seconds);
+          thermal.push_back(std::move(f));
+        }
+        // A persistent straggler without a hardware reason: left to the work proxy below only
+        // if the node also roams; otherwise no finding (inconclusive is not worth a page).
+        continue;
+      }
+      // Roaming: why is the last rank late?
+      std::vector<double> util;
+      for (const auto& r : n.ranks) {
+        const double u = MeanUtil(r);
+        if (std::isfinite(u)) util.push_back(u);
+      }
+      const double mean_util = Mean(util);
+      Starvation st = CountStarvation(n);
+      // A node whose GPUs are mostly idle is input-bound (the stalls detector's input_pipeline),
+      // not held back by one late host thread.
+      if (st.HostBound() && mean_util > kHostBoundMinUtil) {
+        if (host.subjects.job.empty()) {
+          host.verdict = Verdict::kJob;
+          host.cause = Cause::kHostBottleneck;
+          host.subjects.job = job.id;
+          host.window = {st.first, to};
+          host.provable_at = to;
+          host.confidence = 0.7;
+        }
+        host.subjects.nodes.push_back(node);
+        for (const RankProcess* p : st.ranks) {
+          host.subjects.ranks.push_back(RefOf(*p));
+          host.subjects.gpus.push_back(GpuOf(*p));
+        }
+        host.window.start = std::min(host.window.start, st.first);
+        host.evidence.push_back(Ev("ithbat_gpu_utilization_ratio", kCollectorGpu, node, st.samples, 0, "samples",
+                                   fmt::format("{}: {} samples of a GPU at most {:.0f}% busy while its node peers' median "
+                                               "was at least {:.0f}% ({} rank(s))",
+                                               node, st.samples, 100 * kStarvedUtil, 100 * kPeerBusyUtil, st.ranks.size()),
+                                   w));
+        host.evidence.push_back(Ev("ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, node, st.followed_by_last,
+                                   st.samples, "samples",
+                                   fmt::format("{}: the starved rank then arrived last at a collective within {:.0f} s in "
+                                               "{} of {} samples",
+                                               node, kStarvedLateWindowNs / 1e9, st.followed_by_last, st.samples),
+                                   w));
+        host.evidence.push_back(Ev("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, node,
+                                   100 * v.wait_share, 0, "% of rank time", wait_note, w));
+        host_lag += n.lag;
+        host_rank_seconds += n.rank_seconds;
+        continue;
+      }
+      if (st.HostBound()) continue;  // starved but input-bound: not data_imbalance either
+      const WorkLag wl = CorrelateWorkAndLag(n);
+      if (wl.points < kMinWorkLagPoints || !(wl.correlation >= kWorkLagCorrelation)) continue;
+      roaming.push_back({node, n.ranks.size(), n.total_last, n.lag, n.rank_seconds, v, wl, mean_util, st.samples});
+    }
+    // data_imbalance: on every node it names, the last rank roams and its lateness follows its work.
+    if (!roaming.empty()) {
+      imbalance.verdict = Verdict::kJob;
+      imbalance.cause = Cause::kDataImbalance;
+      imbalance.subjects.job = job.id;
+      imbalance.window = w;
+      imbalance.provable_at = to;
+      imbalance.confidence = 0.8;
+      // The imbalance is the job's (its data loader feeds every rank): it names the job's nodes;
+      // the evidence names the nodes where the rotation could be judged.
+      for (const auto& node : job.Nodes()) imbalance.subjects.nodes.push_back(node);
+      for (const auto& c : roaming) {
+        shown_on.push_back(c.node);
+        imbalance.evidence.push_back(Ev("ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, c.node,
+                                        c.verdict.spread, static_cast<double>(c.ranks), "ranks",
+                                        fmt::format("{}: the last arrival rotates — {} of {} ranks were last at least half "
+                                                    "a fair share; the most frequent {:.0f}% of {:.0f}",
+                                                    c.node, c.verdict.spread, c.ranks, 100 * c.verdict.top_share,
+                                                    c.total_last),
+                                        w));
+        imbalance.evidence.push_back(Ev("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, c.node,
+                                        100 * c.verdict.wait_share, 0, "% of rank time",
+                                        fmt::format("{}: the ranks waited {:.1f}% of their time for the last local rank "
+                                                    "({:.1f} s over {:.0f} rank-seconds)",
+                                                    c.node, 100 * c.verdict.wait_share, c.lag, c.rank_seconds),
+                                        w));
+        imbalance.evidence.push_back(Ev("ithbat_gpu_utilization_ratio", kCollectorGpu, c.node, c.mean_util, kStarvedUtil,
+                                        "ratio",
+                                        fmt::format("{}: its GPUs were busy (mean utilisation {:.0f}%), not starved of "
+                                                    "launches while peers waited ({} starved samples)",
+                                                    c.node, 100 * c.mean_util, c.starved),
+                                        w));
+        imbalance.evidence.push_back(Ev("ithbat_probe_grid_blocks_total", kCollectorProbes, c.node, c.work.correlation,
+                                        kWorkLagCorrelation, "correlation",
+                                        fmt::format("{}: a rank's lateness follows its work — correlation {:.2f} between "
+                                                    "the thread blocks it launched and how late it arrived ({} rank-ticks)",
+                                                    c.node, c.work.correlation, c.work.points),
+                                        w));
+        imbalance_lag += c.lag;
+        imbalance_rank_seconds += c.rank_seconds;
+        max_corr = std::max(max_corr, c.work.correlation);
+      }
+    }
+    for (auto& f : thermal) out.push_back(std::move(f));
+    if (!imbalance.subjects.job.empty()) {
+      AddCost(imbalance, imbalance_lag, imbalance_rank_seconds);
+      imbalance.summary = fmt::format("the slowest rank rotates on {} and its lateness follows its work (correlation up to "
+                                      "{:.2f}): ranks wait {:.1f}% of their time for the one with the most data",
+                                      fmt::join(shown_on, ", "), max_corr,
+                                      imbalance_rank_seconds > 0 ? 100 * imbalance_lag / imbalance_rank_seconds : 0);
+      out.push_back(std::move(imbalance));
+    }
+    if (!host.subjects.job.empty()) {
+      AddCost(host, host_lag, host_rank_seconds);
+      host.summary = fmt::format("ranks on {} go idle for want of launches (their host threads are late), and the job "
+                                 "waits {:.1f}% of its time for them",
+                                 fmt::join(host.subjects.nodes, ", "),
+                                 host_rank_seconds > 0 ? 100 * host_lag / host_rank_seconds : 0);
+      out.push_back(std::move(host));
+    }
+  }
+  return out;
+}
+
+}  // namespace ithbat::detect

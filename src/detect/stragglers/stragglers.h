@@ -1,0 +1,78 @@
+#pragma once
+// Stragglers: ranks that make their data-parallel peers wait at collectives, and why.
+//
+// The agent aligns each collective across the ranks of one node that share a communicator
+// (same commHash and sequence number) and counts, per rank, how often it arrived last and how
+// far behind the first local rank it enqueued (host time). Per node this decomposes the wait
+// into a per-rank effect (one rank always last: persistent) and a remainder that moves from step
+// to step (the last rank rotates: roaming). Then the reason:
+//  - persistent, and that rank's GPU runs below its peers' SM clock with a thermal or
+//    power-brake clock event active → infrastructure: thermal_power (clock events alone are not
+//    enough: power capping is normal on loaded GPUs, and is never counted);
+//  - roaming, the late ranks' GPUs busy (not launch-starved) and their lateness following the
+//    per-rank work proxy (thread blocks launched) → job: data_imbalance;
+//  - roaming, the late rank's GPU starved of launches while its peers are busy, its main thread
+//    waiting for a CPU → job: host_bottleneck;
+//  - anything else: no finding (a persistent straggler without a hardware reason is reported by
+//    the work proxy test as data_imbalance only when its extra work shows).
+// A straggler is diagnosed only when the wait is material: ranks waiting for a late peer for at
+// least kMinWaitShare of their time.
+#include <vector>
+
+#include "core/finding.h"
+#include "detect/detector.h"
+
+namespace ithbat::detect {
+
+// How far back the analysis looks: a straggler pattern of the last ten minutes (a live agent
+// must forget a rank that stopped straggling).
+inline constexpr TimeNs kStragglerWindowNs = 600 * kNsPerSec;
+// Per node, at least this many aligned collectives before anything is judged: a share of a
+// handful of collectives is noise.
+inline constexpr double kMinAlignedCollectives = 20;
+// The wait is material: the node's ranks spent at least this share of their time enqueued
+// ahead of the last local rank (Σ arrival lag ÷ rank-seconds). Background jitter in healthy
+// runs leaves ~0.5–1.5%; a straggler worth fixing costs several percent.
+inline constexpr double kMinWaitShare = 0.02;
+// Persistent: one rank is the last arrival of at least this share of the node's aligned
+// collectives, and at least kPersistentFairShares fair shares (with two ranks a fair split is
+// already half).
+inline constexpr double kPersistentLastShare = 0.5;
+inline constexpr double kPersistentFairShares = 1.5;
+// Roaming: no rank persistent, and at least half of the node's ranks were last at least this
+// many fair shares (the last rank is spread over the ranks, not stuck on a few).
+inline constexpr double kRoamingMinFairShare = 0.5;
+// thermal_power: the persistent rank's GPU's mean SM clock is at most this share of the median
+// of the job's other GPUs (background clock spread is ±3%; power capping lowers every loaded
+// GPU alike) ...
+inline constexpr double kThermalClockRatio = 0.9;
+// ... and a thermal or power-brake clock event is active in at least this share of its samples
+// (debounce: a brief excursion is not a cause).
+inline constexpr double kThermalActiveShare = 0.5;
+// Launch starvation (host_bottleneck): one GPU of the node — only one: several idle at once is
+// the job pausing — at most kStarvedUtil busy while the median of its node peers is at least
+// kPeerBusyUtil, in at least kMinStarvedSamples samples, and its rank is the last arrival of a
+// collective within kStarvedLateWindowNs after at least kStarvedLateShare of them.
+inline constexpr double kStarvedUtil = 0.2;
+inline constexpr double kPeerBusyUtil = 0.5;
+inline constexpr int kMinStarvedSamples = 3;
+inline constexpr double kStarvedLateShare = 0.5;
+inline constexpr TimeNs kStarvedLateWindowNs = 3 * kNsPerSec;
+// ... on a node whose GPUs are busy on the whole (mean utilisation above this): mostly idle GPUs
+// are an input-bound job (the stalls detector's input_pipeline), not one late host thread.
+inline constexpr double kHostBoundMinUtil = 0.6;
+// A starved sample does not count while the rank saves a checkpoint (the job's checkpoint events,
+// widened by two ticks) or spends more than this many seconds in file writes around it: the
+// save's cost belongs to the stalls detector.
+inline constexpr double kSaveIoSeconds = 0.05;
+// data_imbalance's work proxy: on the node, the correlation between a rank's work in a tick
+// (thread blocks launched, ÷ the node's median rank) and how late it enqueued at the tick's
+// collectives is at least this, over at least kMinWorkLagPoints rank-ticks. Measured in the
+// simulator: sequence-length imbalance 0.25–0.30; a host-jitter straggler 0.04–0.05; healthy
+// and other runs −0.19–0.16.
+inline constexpr double kWorkLagCorrelation = 0.2;
+inline constexpr size_t kMinWorkLagPoints = 40;
+
+std::vector<Finding> DetectStragglers(const DetectInput& in);
+
+}  // namespace ithbat::detect

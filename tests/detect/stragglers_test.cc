@@ -1,0 +1,188 @@
+// The stragglers detector on synthetic stores: each verdict at the edges of its thresholds, and
+// the look-alikes that must not fire (a persistent straggler without a hardware reason, a
+// roaming one without extra work, a wait too small to matter, the power cap).
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "detect/detector.h"
+#include "detect/stragglers/stragglers.h"
+#include "testutil/synthetic_fleet.h"
+
+namespace ithbat::detect {
+namespace {
+
+using testutil::kS;
+using testutil::kT0;
+using testutil::SyntheticFleet;
+
+constexpr int kRanks = 4;
+constexpr int kTicks = 60;
+
+struct Shape {
+  // Which rank arrives last in tick t (one aligned collective per tick).
+  std::function<int(int)> last = [](int t) { return t % kRanks; };
+  // Seconds the other ranks wait per tick, summed over them (sets the wait share).
+  double wait_per_tick = 0.4;
+  // Thread blocks the late rank launches vs the others.
+  double late_grid = 1500, other_grid = 1000;
+  // GPU utilisation of rank r in tick t.
+  std::function<double(int, int)> util = [](int, int) { return 0.8; };
+  // SM clock (MHz) of rank r's GPU, and whether a thermal reason is active in tick t.
+  std::function<double(int)> clock = [](int) { return 1980.0; };
+  std::function<bool(int, int)> thermal = [](int, int) { return false; };
+  std::string reason = "hw_thermal_slowdown";
+};
+
+testutil::Labels RankLabels(int r) {
+  return {{"job_id", "77"},          {"rank", std::to_string(r)}, {"local_rank", std::to_string(r)},
+          {"world_size", "4"},       {"pid", std::to_string(100 + r)}, {"gpu", std::to_string(r)},
+          {"gpu_uuid", "GPU-" + std::to_string(r)}};
+}
+
+FleetView Build(const Shape& s) {
+  SyntheticFleet f;
+  for (int r = 0; r < kRanks; ++r) {
+    std::vector<double> last(kTicks), lag(kTicks), aligned(kTicks), grid(kTicks), launches(kTicks), util(kTicks),
+        clock(kTicks), thermal(kTicks);
+    double l = 0, g = 0, a = 0, lg = 0;
+    for (int t = 0; t < kTicks; ++t) {
+      const bool is_last = s.last(t) == r;
+      l += is_last ? 1 : 0;
+      lg += is_last ? s.wait_per_tick : 0;  // the late rank enqueued this much after the first
+      a += 1;
+      g += s.last(t) == r ? s.late_grid : s.other_grid;
+      last[t] = l;
+      lag[t] = lg;
+      aligned[t] = a;
+      grid[t] = g;
+      launches[t] = 100.0 * (t + 1);
+      util[t] = s.util(r, t);
+      clock[t] = s.clock(r) * 1e6;
+      thermal[t] = s.thermal(r, t) ? 1 : 0;
+    }
+    auto lab = RankLabels(r);
+    f.Series("n1", "ithbat_probe_nccl_last_arrivals_total", MetricType::kCounter, lab, last);
+    f.Series("n1", "ithbat_probe_nccl_arrival_lag_seconds_total", MetricType::kCounter, lab, lag);
+    f.Series("n1", "ithbat_probe_nccl_aligned_total", MetricType::kCounter, lab, aligned);
+    f.Series("n1", "ithbat_probe_grid_blocks_total", MetricType::kCounter, lab, grid);
+    auto launch_labels = lab;
+    launch_labels.emplace_back("api", "cuLaunchKernel");
+    f.Series("n1", "ithbat_probe_launches_total", MetricType::kCounter, launch_labels, launches);
+    testutil::Labels gpu = {{"gpu", std::to_string(r)}, {"gpu_uuid", "GPU-" + std::to_string(r)}};
+    f.Series("n1", "ithbat_gpu_utilization_ratio", MetricType::kGauge, gpu, util);
+    auto sm = gpu;
+    sm.emplace_back("clock", "sm");
+    f.Series("n1", "ithbat_gpu_clock_hertz", MetricType::kGauge, sm, clock);
+    auto ev = gpu;
+    ev.emplace_back("reason", s.reason);
+    f.Series("n1", "ithbat_gpu_clock_event_active", MetricType::kGauge, ev, thermal);
+  }
+  return f.TakeView();
+}
+
+std::vector<Finding> Detect(const Shape& s) {
+  FleetView v = Build(s);
+  return RunDetectors(v, kMinTime, kT0 + (kTicks - 1) * kS);
+}
+
+// The wait share that `wait_per_tick` gives: lag ÷ (ranks × window seconds).
+double WaitShare(double wait_per_tick) { return wait_per_tick * (kTicks - 1) / (kRanks * (kTicks - 1.0)); }
+
+TEST(Stragglers, RoamingWithMoreWorkOnTheLateRankIsDataImbalance) {
+  auto f = Detect(Shape{});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kDataImbalance);
+  EXPECT_EQ(f[0].verdict, Verdict::kJob);
+  EXPECT_EQ(f[0].subjects.job, "77");
+  EXPECT_EQ(f[0].subjects.nodes, std::vector<std::string>{"n1"});
+  std::set<std::string> collectors;
+  for (const auto& e : f[0].evidence) collectors.insert(e.collector);
+  EXPECT_EQ(collectors, (std::set<std::string>{"probes", "gpu"}));
+  EXPECT_GT(f[0].lost_gpu_seconds, 0);
+  EXPECT_GT(f[0].speedup_with_fix, 1.0);
+}
+
+TEST(Stragglers, TheWaitMustBeMaterial) {
+  Shape s;
+  // Just below and just above kMinWaitShare.
+  s.wait_per_tick = kMinWaitShare * kRanks * 0.95;
+  ASSERT_LT(WaitShare(s.wait_per_tick), kMinWaitShare);
+  EXPECT_TRUE(Detect(s).empty());
+  s.wait_per_tick = kMinWaitShare * kRanks * 1.05;
+  EXPECT_EQ(Detect(s).size(), 1u);
+}
+
+TEST(Stragglers, RoamingWithoutExtraWorkIsNotDataImbalance) {
+  Shape s;
+  s.late_grid = s.other_grid;  // the late rank launched no more than the others: not its data
+  EXPECT_TRUE(Detect(s).empty());
+}
+
+TEST(Stragglers, TooFewCollectivesAreNotJudged) {
+  // Only the first kMinAlignedCollectives - 1 ticks have happened.
+  FleetView v = Build(Shape{});
+  EXPECT_TRUE(RunDetectors(v, kMinTime, kT0 + static_cast<TimeNs>(kMinAlignedCollectives - 1) * kS).empty());
+}
+
+Shape Persistent(double clock_ratio, double thermal_share) {
+  Shape s;
+  s.last = [](int t) { return t % 5 == 0 ? (t / 5) % kRanks : 2; };  // rank 2 last in 80%
+  s.late_grid = s.other_grid;  // a thermal straggler does not do more work
+  s.clock = [clock_ratio](int r) { return r == 2 ? 1980.0 * clock_ratio : 1980.0; };
+  s.thermal = [thermal_share](int r, int t) { return r == 2 && t < thermal_share * kTicks; };
+  return s;
+}
+
+TEST(Stragglers, APersistentStragglerOnAThrottledGpuIsThermalPower) {
+  auto f = Detect(Persistent(0.85, 0.6));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kThermalPower);
+  EXPECT_EQ(f[0].verdict, Verdict::kInfrastructure);
+  ASSERT_EQ(f[0].subjects.ranks.size(), 1u);
+  EXPECT_EQ(f[0].subjects.ranks[0].rank, 2);
+  ASSERT_EQ(f[0].subjects.gpus.size(), 1u);
+  EXPECT_EQ(f[0].subjects.gpus[0], (GpuRef{"n1", 2, "GPU-2"}));
+}
+
+TEST(Stragglers, ThermalNeedsTheClockBelowPeersAndTheEventHeld) {
+  // Clock at 0.91 of peers (within spread): no finding; events in 45% of samples: no finding.
+  EXPECT_TRUE(Detect(Persistent(kThermalClockRatio + 0.01, 0.6)).empty());
+  EXPECT_TRUE(Detect(Persistent(0.85, kThermalActiveShare - 0.05)).empty());
+  EXPECT_EQ(Detect(Persistent(kThermalClockRatio - 0.01, kThermalActiveShare + 0.05)).size(), 1u);
+}
+
+TEST(Stragglers, ThePowerCapIsNotAThermalReason) {
+  Shape s = Persistent(0.85, 1.0);
+  s.reason = "sw_power_cap";  // every loaded GPU shows it
+  EXPECT_TRUE(Detect(s).empty());
+}
+
+TEST(Stragglers, APersistentStragglerWithoutAHardwareReasonGivesNoVerdict) {
+  EXPECT_TRUE(Detect(Persistent(1.0, 0.0)).empty());
+}
+
+Shape HostStarved(double node_util) {
+  Shape s;
+  s.late_grid = s.other_grid;
+  // The rank that will be last is starved (GPU idle) in the tick before.
+  s.util = [node_util, last = s.last](int r, int t) { return last(t + 1) == r && t % 3 == 0 ? 0.05 : node_util; };
+  return s;
+}
+
+TEST(Stragglers, ALaunchStarvedLateRankIsAHostBottleneck) {
+  auto f = Detect(HostStarved(0.9));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kHostBottleneck);
+  EXPECT_FALSE(f[0].subjects.ranks.empty());
+}
+
+TEST(Stragglers, StarvedGpusOnAnIdleNodeAreNotAHostBottleneck) {
+  // The starved ticks are 1/12 of each GPU's: a node busy at 0.7 otherwise averages 0.65 (above
+  // kHostBoundMinUtil: a host bottleneck), at 0.6 it averages 0.55 (input-bound: not one).
+  EXPECT_TRUE(Detect(HostStarved(0.6)).empty());
+  ASSERT_EQ(Detect(HostStarved(0.7)).size(), 1u);
+}
+
+}  // namespace
+}  // namespace ithbat::detect
