@@ -2,13 +2,31 @@
 
 #include <array>
 
+#include "detect/gpu/hardware_faults.h"
+#include "detect/hang/hang.h"
+#include "detect/inference/efficiency.h"
+#include "detect/network/network.h"
+#include "detect/numerics/divergence.h"
+#include "detect/numerics/no_learning.h"
+#include "detect/stalls/stalls.h"
 #include "detect/stragglers/stragglers.h"
 
 namespace ithbat::detect {
 
 std::span<const DetectorInfo> RegisteredDetectors() {
   static const std::array kAll{
+      // job
+      DetectorInfo{"divergence", "numerics", &DetectDivergence},
+      DetectorInfo{"no_learning", "numerics", &DetectNoLearning},
+      DetectorInfo{"hang", "hang", &DetectHang},
       DetectorInfo{"stragglers", "stragglers", &DetectStragglers},
+      DetectorInfo{"inference_efficiency", "inference", &DetectInferenceEfficiency},
+      // node
+      DetectorInfo{"hardware_faults", "gpu", &DetectHardwareFaults},
+      // network
+      DetectorInfo{"network", "network", &DetectNetwork},
+      // storage
+      DetectorInfo{"stalls", "stalls", &DetectStalls},
   };
   return kAll;
 }

@@ -1,0 +1,382 @@
+#include "detect/inference/efficiency.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+
+namespace ithbat::detect {
+namespace {
+
+constexpr TimeNs kBucket = kNsPerSec / 2;
+TimeNs BucketOf(TimeNs t) { return (t + kBucket / 2) / kBucket * kBucket; }
+
+struct ServerKey {
+  std::string node, engine, port, pid;
+  auto operator<=>(const ServerKey&) const = default;
+};
+
+struct Scrape {
+  // per engine_index: running, waiting, kv usage
+  std::map<std::string, std::tuple<double, double, double>> engines;
+};
+
+// A label's integer value, or -1.
+int32_t ToInt(const std::string& s) {
+  int32_t v = -1;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && p == s.data() + s.size() ? v : -1;
+}
+
+Evidence Ev(std::string signal, std::string_view collector, std::string subject, double observed, double expected,
+            std::string unit, std::string note, TimeWindow w) {
+  Evidence e;
+  e.signal = std::move(signal);
+  e.collector = std::string(collector);
+  e.subject = std::move(subject);
+  e.observed = observed;
+  e.expected = expected;
+  e.unit = std::move(unit);
+  e.note = std::move(note);
+  e.window = w;
+  return e;
+}
+
+// A counter's increase over its samples in the window (resets count the new value).
+double SeriesGrowth(const std::vector<store::Sample>& s) {
+  double total = 0;
+  for (size_t i = 1; i < s.size(); ++i) total += s[i].v >= s[i - 1].v ? s[i].v - s[i - 1].v : s[i].v;
+  return total;
+}
+
+class Server {
+ public:
+  Server(const DetectInput& in, ServerKey key, int servers_on_node)
+      : in_(in), key_(std::move(key)), servers_on_node_(servers_on_node) {}
+
+  void Run(std::vector<Finding>& out) {
+    Load();
+    if (scrapes_.empty() || slots_ <= 0) return;
+    FindGpus();
+    Estimate();
+    JudgeServingConfig(out);
+    JudgeOverProvisioned(out);
+  }
+
+ private:
+  std::string Sel(const char* metric) const {
+    return fmt::format("{}{{engine={},port={},pid={}}}", metric, Quote(key_.engine), Quote(key_.port), Quote(key_.pid));
+  }
+  std::vector<std::pair<SeriesValue, std::vector<store::Sample>>> Get(const char* metric) const {
+    return in_.view.Samples(key_.node, Sel(metric), in_.from, in_.now);
+  }
+  double Sum(const char* metric) const {
+    double total = 0;
+    for (const auto& [v, s] : Get(metric)) total += SeriesGrowth(s);
+    return total;
+  }
+
+  void Load() {
+    for (const char* m : {"ithbat_serving_max_num_seqs", "ithbat_serving_max_concurrent_requests"}) {
+      for (const auto& [v, s] : Get(m)) {
+        for (const auto& x : s) slots_ = std::max(slots_, x.v);
+        if (job_.empty()) job_ = Label(v.labels, "job_id");
+      }
+      if (slots_ > 0) break;
+    }
+    for (const auto& [v, s] : Get("ithbat_serving_tensor_parallel_size")) {
+      for (const auto& x : s) tp_ = std::max(tp_, static_cast<int>(x.v));
+    }
+    for (const auto& [v, s] : Get("ithbat_serving_kv_cache_blocks")) {
+      double m = 0;
+      for (const auto& x : s) m = std::max(m, x.v);
+      kv_blocks_[Label(v.labels, "engine_index")] = m;
+    }
+    int which = 0;
+    for (const char* m :
+         {"ithbat_serving_requests_running", "ithbat_serving_requests_waiting", "ithbat_serving_kv_cache_usage_ratio"}) {
+      for (const auto& [v, s] : Get(m)) {
+        const std::string e = Label(v.labels, "engine_index");
+        if (job_.empty()) job_ = Label(v.labels, "job_id");
+        for (const auto& x : s) {
+          auto& slot = scrapes_[BucketOf(x.t)].engines[e];
+          (which == 0 ? std::get<0>(slot) : which == 1 ? std::get<1>(slot) : std::get<2>(slot)) = x.v;
+        }
+      }
+      ++which;
+    }
+    identity_ = job_.empty() ? key_.engine + ":" + key_.port : job_;
+  }
+
+  void FindGpus() {
+    // The GPUs whose compute process is the server's pid; else those holding processes that no
+    // training job's rank owns, when the node runs this one server.
+    std::set<std::string> job_pids;
+    for (const auto& j : in_.jobs) {
+      for (const auto& p : j.processes) {
+        if (p.node == key_.node) job_pids.insert(std::to_string(p.pid));
+      }
+    }
+    std::map<int32_t, std::string> own, free;
+    for (const auto& [v, s] : in_.view.Samples(key_.node, "ithbat_gpu_process_memory_used_bytes", in_.from, in_.now)) {
+      if (s.empty()) continue;
+      const std::string pid = Label(v.labels, "pid"), g = Label(v.labels, "gpu");
+      const int32_t idx = ToInt(g);
+      if (idx < 0) continue;
+      if (pid == key_.pid) own[idx] = Label(v.labels, "gpu_uuid");
+      if (!job_pids.contains(pid) && Label(v.labels, "job_id").empty()) free[idx] = Label(v.labels, "gpu_uuid");
+    }
+    const auto& chosen = !own.empty() ? own : servers_on_node_ == 1 ? free : own;
+    gpu_origin_ = !own.empty() ? "the server's own GPU processes" : "GPU processes on the node no training job owns";
+    for (const auto& [idx, uuid] : chosen) gpus_.push_back(GpuRef{key_.node, idx, uuid});
+    if (gpus_.empty()) return;
+    std::string sel;
+    for (const auto& g : gpus_) sel += (sel.empty() ? "" : "|") + std::to_string(g.index);
+    double sum = 0;
+    int n = 0;
+    for (const auto& [v, s] : in_.view.Samples(key_.node, fmt::format("ithbat_gpu_utilization_ratio{{gpu=~\"{}\"}}", sel),
+                                               in_.from, in_.now)) {
+      for (const auto& x : s) {
+        sum += x.v;
+        ++n;
+      }
+    }
+    util_ = n > 0 ? sum / n : -1;
+  }
+
+  void Estimate() {
+    const double prefill = Sum("ithbat_serving_prefill_seconds_total");
+    const double decode = Sum("ithbat_serving_decode_seconds_total");
+    prefill_share_ = prefill + decode > 0 ? prefill / (prefill + decode) : -1;
+    double kv_sum = 0, kv_blocks_used = 0, running_sum = 0;
+    int kv_n = 0;
+    for (const auto& [t, sc] : scrapes_) {
+      double run = 0;
+      for (const auto& [e, v] : sc.engines) {
+        const auto& [r, w, kv] = v;
+        run += r;
+        peak_engine_running_ = std::max(peak_engine_running_, r);
+        kv_sum += kv;
+        kv_peak_ = std::max(kv_peak_, kv);
+        ++kv_n;
+        auto it = kv_blocks_.find(e);
+        if (it != kv_blocks_.end() && r > 0) {
+          kv_blocks_used += kv * it->second;
+          running_sum += r;
+        }
+      }
+      running_.push_back(run);
+    }
+    engines_ = 0;
+    for (const auto& [t, sc] : scrapes_) engines_ = std::max(engines_, static_cast<int>(sc.engines.size()));
+    kv_mean_ = kv_n > 0 ? kv_sum / kv_n : -1;
+    const double blocks_per_request = running_sum > 0 ? kv_blocks_used / running_sum : 0;
+    double blocks_per_engine = 0;
+    for (const auto& [e, b] : kv_blocks_) blocks_per_engine = std::max(blocks_per_engine, b);
+    // Load by Little's law: requests started per second x time one request is served.
+    double requests = Sum("ithbat_serving_time_to_first_token_requests_total");
+    const double window_s = static_cast<double>(scrapes_.rbegin()->first - scrapes_.begin()->first) / 1e9;
+    // Arrivals: the requests admitted plus the growth of the queue (a queue that only grows
+    // holds load the server never admitted).
+    double queued_first = 0, queued_last = 0;
+    for (const auto& [e, v] : scrapes_.begin()->second.engines) queued_first += std::get<1>(v);
+    for (const auto& [e, v] : scrapes_.rbegin()->second.engines) queued_last += std::get<1>(v);
+    if (requests > 0 && window_s > 0 && prefill + decode > 0) {
+      const double arrivals = requests + std::max(0.0, queued_last - queued_first);
+      concurrency_ = arrivals / window_s * (prefill + decode) / requests;
+    } else {
+      concurrency_ = Mean(running_);
+    }
+    kv_needed_blocks_ = concurrency_ * blocks_per_request;
+    kv_per_engine_ = blocks_per_engine;
+    auto gpus_for = [&](double per_replica) {
+      double replicas = std::ceil(concurrency_ / std::max(1.0, per_replica));
+      if (blocks_per_engine > 0) replicas = std::max(replicas, std::ceil(kv_needed_blocks_ / (kTargetKvShare * blocks_per_engine)));
+      return static_cast<int>(std::max(1.0, replicas)) * std::max(1, tp_);
+    };
+    gpus_batched_ = gpus_for(kTargetSlotShare * slots_);
+    // At the same latency: a replica takes up to the concurrency one already ran, or a quarter of
+    // its slots (kOverProvisionedOccupancy): a decode step at a small batch is memory-bound and
+    // barely slows as the batch grows.
+    gpus_same_latency_ = gpus_for(std::max(peak_engine_running_, kOverProvisionedOccupancy * slots_));
+  }
+
+  Finding Base(Cause cause) const {
+    Finding f;
+    f.detector = "inference_efficiency";
+    f.cause = cause;
+    f.subjects.job = identity_;
+    f.subjects.nodes = {key_.node};
+    f.subjects.gpus = gpus_;
+    const int32_t pid = ToInt(key_.pid);
+    f.subjects.ranks.push_back(RankRef{-1, -1, key_.node, pid});
+    f.window = {scrapes_.begin()->first, scrapes_.rbegin()->first};
+    return f;
+  }
+
+  void AddReport(Finding& f, int gpus_needed, const std::string& how) const {
+    const std::string subject = identity_ + " on " + key_.node;
+    if (prefill_share_ >= 0) {
+      f.evidence.push_back(Ev("ithbat_serving_prefill_seconds_total/ithbat_serving_decode_seconds_total",
+                              kCollectorServing, subject, prefill_share_, 0, "ratio",
+                              fmt::format("prefill took {:.0f}% of the engine's prefill+decode time", 100 * prefill_share_),
+                              f.window));
+    }
+    if (kv_mean_ >= 0) {
+      f.evidence.push_back(Ev("ithbat_serving_kv_cache_usage_ratio", kCollectorServing, subject, 1 - kv_peak_, 0, "ratio",
+                              fmt::format("KV-cache headroom {:.0f}% at peak ({:.0f}% on average)", 100 * (1 - kv_peak_),
+                                          100 * (1 - kv_mean_)),
+                              f.window));
+    }
+    const int held = static_cast<int>(gpus_.empty() ? engines_ * std::max(1, tp_) : gpus_.size());
+    f.evidence.push_back(Ev("GPUs needed for the same load", kCollectorServing, subject, gpus_needed, held, "GPUs",
+                            fmt::format("{:.1f} requests in service on average (Little's law) fit on {} GPU(s) of {} "
+                                        "held ({}; tensor parallel {}, KV {:.0f} blocks per replica)",
+                                        concurrency_, gpus_needed, held, how, std::max(1, tp_), kv_per_engine_),
+                            f.window));
+    const double window_s = static_cast<double>(f.window.end - f.window.start) / 1e9;
+    if (held > gpus_needed) {
+      f.lost_gpu_seconds = static_cast<double>(held - gpus_needed) * window_s;
+      f.speedup_with_fix = static_cast<double>(held) / std::max(1, gpus_needed);  // the same load on fewer GPUs
+    }
+    f.baseline_origin = fmt::format("the server's own load (requests, prefill and decode time, KV per request); GPUs "
+                                    "from {}; subject named {}",
+                                    gpu_origin_, job_.empty() ? "engine:port (no job id tagged)" : "by its job id");
+  }
+
+  void AddGpuEvidence(Finding& f, double expected, const std::string& note) const {
+    if (util_ < 0) return;
+    f.evidence.push_back(Ev("ithbat_gpu_utilization_ratio", kCollectorGpu, identity_ + " GPUs", util_, expected, "ratio",
+                            note, f.window));
+  }
+
+  void JudgeServingConfig(std::vector<Finding>& out) const {
+    int both = 0, streak = 0, seen = 0;
+    double wait_sum = 0, run_sum = 0;
+    TimeNs first = 0;
+    for (const auto& [t, sc] : scrapes_) {
+      ++seen;
+      bool hit = false;
+      for (const auto& [e, v] : sc.engines) {
+        const auto& [r, w, kv] = v;
+        wait_sum += w;
+        run_sum += r;
+        if (w >= 1 && r <= kServingFreeSlotShare * slots_ && kv < kServingKvFull) hit = true;
+      }
+      if (hit) {
+        ++both;
+        if (++streak == kServingDebounce && first == 0) first = t;
+      } else {
+        streak = 0;
+      }
+    }
+    if (first == 0 || static_cast<double>(both) < kServingWaitingShare * seen) return;
+    Finding f = Base(Cause::kServingConfig);
+    const int engines = std::max(1, engines_);
+    f.provable_at = first;
+    const std::string subject = identity_ + " on " + key_.node;
+    f.evidence.push_back(Ev("ithbat_serving_requests_waiting", kCollectorServing, subject, wait_sum / seen / engines, 0,
+                            "requests",
+                            fmt::format("requests waited with free slots in {} of {} scrapes ({:.1f} waiting per replica "
+                                        "on average)",
+                                        both, seen, wait_sum / seen / engines),
+                            f.window));
+    f.evidence.push_back(Ev("ithbat_serving_requests_running/ithbat_serving_max_num_seqs", kCollectorServing, subject,
+                            run_sum / seen / engines, slots_, "requests",
+                            fmt::format("{:.1f} of {:.0f} slots running per replica on average", run_sum / seen / engines,
+                                        slots_),
+                            f.window));
+    AddGpuEvidence(f, kOverProvisionedMaxUtil,
+                   fmt::format("the server's {} GPUs were busy {:.0f}% of the time while the queue grew: they work on "
+                               "too few requests at once",
+                               gpus_.size(), 100 * util_));
+    AddReport(f, gpus_batched_, "with the queue batched into the free slots");
+    f.verdict = util_ >= 0 ? Verdict::kJob : Verdict::kInconclusive;
+    f.confidence = std::min(1.0, static_cast<double>(both) / seen);
+    f.summary = fmt::format(
+        "Server {} on {}: requests waited while slots were free in {} of {} scrapes ({:.1f} of {:.0f} slots running per "
+        "replica, {:.1f} waiting); prefill {:.0f}% of GPU time, KV headroom {:.0f}% at peak; {} GPU(s) would serve the "
+        "load with batching instead of {}",
+        identity_, key_.node, both, seen, run_sum / seen / engines, slots_, wait_sum / seen / engines,
+        100 * std::max(0.0, prefill_share_), 100 * (1 - kv_peak_), gpus_batched_,
+        gpus_.empty() ? engines * std::max(1, tp_) : static_cast<int>(gpus_.size()));
+    out.push_back(std::move(f));
+  }
+
+  void JudgeOverProvisioned(std::vector<Finding>& out) const {
+    const int seen = static_cast<int>(scrapes_.size());
+    if (seen < kOverProvisionedMinScrapes || util_ < 0 || gpus_.empty()) return;
+    int idle = 0;
+    for (const auto& [t, sc] : scrapes_) {
+      double w = 0;
+      for (const auto& [e, v] : sc.engines) w += std::get<1>(v);
+      idle += w < 1 ? 1 : 0;
+    }
+    const int engines = std::max(1, engines_);
+    const double p95 = Quantile(running_, 0.95);
+    const int held = static_cast<int>(gpus_.size());
+    if (static_cast<double>(idle) < kIdleQueueShare * seen || p95 > kOverProvisionedOccupancy * slots_ * engines ||
+        util_ > kOverProvisionedMaxUtil || gpus_same_latency_ > kOverProvisionedGpuShare * held) {
+      return;
+    }
+    Finding f = Base(Cause::kOverProvisioned);
+    f.provable_at = scrapes_.rbegin()->first;
+    const std::string subject = identity_ + " on " + key_.node;
+    f.evidence.push_back(Ev("ithbat_serving_requests_running/ithbat_serving_max_num_seqs", kCollectorServing, subject,
+                            p95, slots_ * engines, "requests",
+                            fmt::format("nothing waited in {} of {} scrapes; at most {:.0f} of {:.0f} slots ran (95th "
+                                        "percentile)",
+                                        idle, seen, p95, slots_ * engines),
+                            f.window));
+    AddGpuEvidence(f, kOverProvisionedMaxUtil,
+                   fmt::format("the server's {} GPUs were busy only {:.0f}% of the time", held, 100 * util_));
+    AddReport(f, gpus_same_latency_, "at the per-replica concurrency it already runs, so at the same latency");
+    f.verdict = Verdict::kJob;
+    f.confidence = 0.6;
+    f.summary = fmt::format(
+        "Server {} on {} is over-provisioned: nothing waits, at most {:.0f} of {:.0f} slots run, its {} GPUs are busy "
+        "{:.0f}%; {} GPU(s) would serve the same load at the same latency",
+        identity_, key_.node, p95, slots_ * engines, held, 100 * util_, gpus_same_latency_);
+    out.push_back(std::move(f));
+  }
+
+  const DetectInput& in_;
+  ServerKey key_;
+  int servers_on_node_ = 1;
+  std::string job_, identity_, gpu_origin_;
+  double slots_ = 0;
+  int tp_ = 1, engines_ = 0;
+  std::map<std::string, double> kv_blocks_;
+  std::map<TimeNs, Scrape> scrapes_;
+  std::vector<GpuRef> gpus_;
+  double util_ = -1;
+  std::vector<double> running_;
+  double prefill_share_ = -1, kv_mean_ = -1, kv_peak_ = 0, peak_engine_running_ = 0;
+  double concurrency_ = 0, kv_needed_blocks_ = 0, kv_per_engine_ = 0;
+  int gpus_batched_ = 0, gpus_same_latency_ = 0;
+};
+
+}  // namespace
+
+std::vector<Finding> DetectInferenceEfficiency(const DetectInput& in) {
+  std::set<ServerKey> servers;
+  for (const auto& [v, s] : in.view.Samples("", "ithbat_serving_up", in.from, in.now)) {
+    bool up = false;
+    for (const auto& x : s) up = up || x.v > 0;
+    if (!up) continue;
+    servers.insert({v.node, Label(v.labels, "engine"), Label(v.labels, "port"), Label(v.labels, "pid")});
+  }
+  std::map<std::string, int> per_node;
+  for (const auto& k : servers) ++per_node[k.node];
+  std::vector<Finding> out;
+  for (const auto& k : servers) Server(in, k, per_node[k.node]).Run(out);
+  return out;
+}
+
+}  // namespace ithbat::detect

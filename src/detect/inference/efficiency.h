@@ -1,0 +1,58 @@
+#pragma once
+// Inference efficiency: per inference server (the series ithbat_serving_* of one engine, port
+// and pid), whether its configuration wastes the GPUs it holds.
+//
+//  - serving_config (job): requests wait in the server's queue while its batch has free slots
+//    (running at most kServingFreeSlotShare of max_num_seqs / max_concurrent_requests) and the
+//    KV cache is not full: the engine does not batch what it could (no continuous batching, a
+//    low batched-token budget, prefill run one request at a time).
+//  - over_provisioned (job): nothing waits, the slots stay mostly empty, the server's GPUs are
+//    mostly idle, and the load would fit on at most half of its GPUs at the same latency (a
+//    replica filled to the concurrency one already ran, or to kOverProvisionedOccupancy of its
+//    slots: small decode batches are memory-bound), respecting tensor parallelism and the KV
+//    cache the load needs.
+// Each finding reports the prefill share of GPU time, the KV-cache headroom and the GPU count
+// that would serve the same load.
+//
+// The subject: servers carry no job id unless the agent tagged one (job_id label); otherwise the
+// server is named "engine:port" and its pid is given as a RankRef (rank -1) so it can be mapped.
+// Its GPUs: those whose compute process is the server's pid, else (its engine workers are child
+// processes) the node's GPUs holding compute processes that no training job's rank owns, when
+// the node runs one server.
+#include <vector>
+
+#include "core/finding.h"
+#include "detect/detector.h"
+
+namespace ithbat::detect {
+
+// A replica's slots are free when it runs at most this share of its slot count (the lab's
+// threshold: a batching engine under a queue fills its slots).
+inline constexpr double kServingFreeSlotShare = 0.5;
+// A request queue while the KV cache is at least this full is memory-bound, not misconfigured.
+inline constexpr double kServingKvFull = 0.9;
+// serving_config needs requests waiting with free slots in at least this share of the scrapes
+// of the window ...
+inline constexpr double kServingWaitingShare = 0.5;
+// ... and in this many consecutive scrapes (one scrape is not a pattern: a burst that arrived
+// just before it is admitted at the next engine step).
+inline constexpr int kServingDebounce = 5;
+// over_provisioned: the queue is empty in at least this share of the scrapes ...
+inline constexpr double kIdleQueueShare = 0.95;
+// ... the 95th percentile of running requests is at most this share of the slots ...
+inline constexpr double kOverProvisionedOccupancy = 0.25;
+// ... the server's GPUs are busy at most this share of the time (a decoding GPU reads 0.8+
+// busy whatever its batch: a loaded server is never below this) ...
+inline constexpr double kOverProvisionedMaxUtil = 0.5;
+// ... and the GPUs needed are at most this share of those held (a saving worth a change) ...
+inline constexpr double kOverProvisionedGpuShare = 0.5;
+// ... judged over at least this many scrapes (a steady-state claim).
+inline constexpr int kOverProvisionedMinScrapes = 30;
+// The GPU-count estimate fills a replica's slots to this share with batching on (headroom for
+// bursts), and its KV cache to this share.
+inline constexpr double kTargetSlotShare = 0.5;
+inline constexpr double kTargetKvShare = 0.8;
+
+std::vector<Finding> DetectInferenceEfficiency(const DetectInput& in);
+
+}  // namespace ithbat::detect
