@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/file_util.h"
+#include "investigate/diagnosis_json.h"
 #include "lab/sweep.h"
 #include "scenario/expect/expect.h"
 #include "scenario/magnitude.h"
@@ -144,6 +145,8 @@ LabResult RunOne(const LabOptions& options, const std::string& file, const std::
         r.error = evidence.error().message;
       } else {
         r.check = CheckScenario(*world, *evidence, *resolved, *expect.expectations);
+        r.require_diagnosis = options.require_diagnosis;
+        r.diagnosis = CheckDiagnoses(*world, *evidence, *resolved, *expect.expectations, /*replay=*/!sweep);
         if (sweep) {
           for (const auto& f : expect.expectations->findings) {
             r.expected_causes.insert(std::string(scenario::CauseName(f.cause)));
@@ -213,6 +216,41 @@ std::vector<LabResult> RunLab(const LabOptions& options, std::FILE* out) {
   return results;
 }
 
+std::string FormatDiagnosisTable(const std::vector<LabResult>& results) {
+  std::string s = "\ndiagnoses (scenario | expected | engine | first verdict | budget)\n";
+  for (const auto& r : results) {
+    const std::string name = r.scenario.empty() ? r.file : r.scenario;
+    if (!r.diagnosis) {
+      s += fmt::format("  {} | - | not run{} | - | -\n", name, r.error.empty() ? "" : ": " + r.error);
+      continue;
+    }
+    const DiagnosisCheck& c = *r.diagnosis;
+    if (c.expected.empty()) {
+      s += fmt::format("  {} | none | {} | - | -\n", name, c.diagnoses.empty() ? "none [ok]" : "diagnoses [EXTRA]");
+    }
+    for (const auto& e : c.expected) {
+      std::string got = "none [MISSED]";
+      if (e.matched) {
+        const Diagnosis& d = c.diagnoses[*e.matched];
+        got = fmt::format("{} {}{} [{}]", VerdictName(d.verdict), CauseName(d.cause), d.provisional ? " (provisional)" : "",
+                          e.ok() ? "ok" : "LATE");
+      }
+      std::string first = "-", budget = "-";
+      if (e.budget) {
+        budget = fmt::format("{:g} {}", e.budget->allowed, e.budget->unit);
+        if (e.budget->used) first = fmt::format("{:.3g} {}", *e.budget->used, e.budget->unit);
+      }
+      s += fmt::format("  {} | {} | {} | {} | {}\n", name, e.expected, got, first, budget);
+    }
+    for (size_t i : c.extra) {
+      const Diagnosis& d = c.diagnoses[i];
+      s += fmt::format("  {} | - | extra: {} {} (job {}) [EXTRA] | - | -\n", name, VerdictName(d.verdict),
+                       CauseName(d.cause), d.subjects.job);
+    }
+  }
+  return s;
+}
+
 std::string FormatResult(const LabResult& r) {
   std::string s;
   const char* status = !r.error.empty() ? "ERROR" : r.skipped() ? "SKIP" : r.ok() ? "PASS" : "FAIL";
@@ -235,6 +273,7 @@ std::string FormatResult(const LabResult& r) {
                        f.budget->unit, f.budget->used ? fmt::format("{:g}", *f.budget->used) : "never");
     }
   }
+  if (r.diagnosis) s += FormatDiagnosisCheck(*r.diagnosis);
   return s;
 }
 
@@ -270,7 +309,25 @@ std::string ResultJson(const LabResult& r) {
       j["findings"].push_back(o);
     }
   }
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string lines;
+  if (r.diagnosis) {
+    nlohmann::json d{{"ok", r.diagnosis->ok()}, {"expected", nlohmann::json::array()}, {"extra", r.diagnosis->extra.size()}};
+    for (const auto& e : r.diagnosis->expected) {
+      nlohmann::json o{{"expected", e.expected}, {"ok", e.ok()}};
+      if (e.matched) o["id"] = r.diagnosis->diagnoses[*e.matched].id;
+      if (!e.mismatch.empty()) o["mismatch"] = e.mismatch;
+      if (e.budget) {
+        o["budget"] = {{"unit", e.budget->unit}, {"allowed", e.budget->allowed}, {"ok", e.budget->ok()}};
+        if (e.budget->used) o["budget"]["used"] = *e.budget->used;
+      }
+      d["expected"].push_back(o);
+    }
+    j["diagnosis"] = d;
+    for (const auto& diag : r.diagnosis->diagnoses) {
+      lines += "\n" + investigate::ToJson(diag).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+  }
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + lines;
 }
 
 int DumpSeries(const std::string& world_dir, const std::string& selector, std::FILE* out) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "lab/diagnosis_check.h"
 #include "lab/signal_checks.h"
 
 namespace ithbat::sim::lab {
@@ -27,6 +28,7 @@ struct LabOptions {
   // Non-empty: the sweep — every file at each of these magnitudes; each run records the causes
   // whose signals it showed, and the report ends with the confusion matrix (sweep.h).
   std::vector<double> sweep;
+  bool require_diagnosis = false;  // a scenario passes only when the engine's diagnoses match too
 };
 
 struct LabResult {
@@ -36,12 +38,18 @@ struct LabResult {
   int sim_exit = -1;
   std::string error;               // setup/run/read failure (then check is empty)
   std::optional<ScenarioCheck> check;
+  // The diagnosis engine's answer against the expect block (reported; the signal check decides
+  // PASS/FAIL unless LabOptions::require_diagnosis).
+  std::optional<DiagnosisCheck> diagnosis;
+  bool require_diagnosis = false;
   double wall_seconds = 0;
   std::string run_dir;             // where the run was (removed after a pass unless --keep)
   double magnitude = 1.0;
   std::set<std::string> expected_causes;  // sweep: cause names the file expects ({"none"} for a control)
   std::set<std::string> shown_causes;     // sweep: cause names whose signals the run showed ({"none"}: none)
-  bool ok() const { return error.empty() && check && check->ok(); }
+  bool ok() const {
+    return error.empty() && check && check->ok() && (!require_diagnosis || (diagnosis && diagnosis->ok()));
+  }
   bool skipped() const { return error.empty() && check && check->any_skipped(); }
 };
 
@@ -49,9 +57,13 @@ struct LabResult {
 // In sweep mode (options.sweep) every file runs once per magnitude and the confusion matrix is
 // printed at the end.
 std::vector<LabResult> RunLab(const LabOptions& options, std::FILE* out);
+// The table of every scenario's expected diagnoses → the engine's verdict, cause and time to the
+// first verdict (in the budget's unit), and its extra diagnoses (docs/diagnoses.md records it).
+std::string FormatDiagnosisTable(const std::vector<LabResult>& results);
 // The human report of one result (several lines).
 std::string FormatResult(const LabResult& r);
-// One JSON line: scenario, seed, ok, skipped, each finding with its signals and budget.
+// One JSON line: scenario, seed, ok, skipped, each finding with its signals and budget, the
+// engine's match; then one line per diagnosis in schema v1 (docs/diagnoses.md).
 std::string ResultJson(const LabResult& r);
 // Prints every series of the finished run in `world_dir` matching `selector` (node, labels, sample
 // count, first and last value): to see what the agents stored when a check fails.

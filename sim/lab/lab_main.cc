@@ -25,7 +25,10 @@ int main(int argc, char** argv) {
   options.sim_binary = ITHBAT_SIM_BINARY;
   app.add_option("--sim", options.sim_binary, "The simulator binary")->capture_default_str();
   app.add_option("--ithbat", options.ithbat_binary, "The agent binary ithbat-sim starts (default: its own)");
-  app.add_flag("--json", options.json, "One JSON line per scenario");
+  app.add_flag("--json", options.json,
+               "One JSON line per scenario, then one per diagnosis in schema v1 (docs/diagnoses.md)");
+  app.add_flag("--require-diagnosis", options.require_diagnosis,
+               "A scenario passes only when the diagnosis engine's verdicts match its expect block too");
   app.add_flag("--keep", options.keep, "Keep the run directories of scenarios that passed (failed ones are kept)");
   app.add_option("--world", options.world_dir, "Check this finished run directory of FILE instead of running it");
   app.add_option("--magnitude", options.magnitude,
@@ -98,6 +101,7 @@ int main(int argc, char** argv) {
     fmt::print("{} sweep run(s), {} could not run\n", results.size(), errors);
     return errors > 0 ? 1 : 0;
   }
+  if (!options.json) fmt::print("{}", ithbat::sim::lab::FormatDiagnosisTable(results));
   int failed = 0, skipped = 0;
   for (const auto& r : results) {
     failed += r.ok() || r.skipped() ? 0 : 1;
