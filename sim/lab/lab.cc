@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "core/file_util.h"
+#include "detect/breakdown/step_breakdown.h"
+#include "detect/jobs.h"
 #include "investigate/diagnosis_json.h"
 #include "lab/sweep.h"
 #include "scenario/expect/expect.h"
@@ -345,6 +347,24 @@ int DumpSeries(const std::string& world_dir, const std::string& selector, std::F
     fmt::print(out, "{} {} samples={}", v.node, v.labels.ToString(), samples.size());
     if (!samples.empty()) fmt::print(out, " first={:g} last={:g}", samples.front().v, samples.back().v);
     fmt::print(out, "\n");
+  }
+  return 0;
+}
+
+int PrintBreakdowns(const std::string& world_dir, std::FILE* out) {
+  auto world = ReadWorld(world_dir + "/world.json");
+  if (!world) {
+    fmt::print(stderr, "ithbat-lab: {}\n", world.error().message);
+    return 1;
+  }
+  auto evidence = Evidence::Open(*world);
+  if (!evidence) {
+    fmt::print(stderr, "ithbat-lab: {}\n", evidence.error().message);
+    return 1;
+  }
+  for (const auto& job : detect::DiscoverJobs(*evidence, kMinTime, kMaxTime)) {
+    fmt::print(out, "job {} ({} processes on {} node(s))\n{}", job.id, job.processes.size(), job.Nodes().size(),
+               detect::FormatBreakdown(detect::StepBreakdown(*evidence, job, job.window.start, job.window.end)));
   }
   return 0;
 }

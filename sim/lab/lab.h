@@ -68,5 +68,8 @@ std::string ResultJson(const LabResult& r);
 // Prints every series of the finished run in `world_dir` matching `selector` (node, labels, sample
 // count, first and last value): to see what the agents stored when a check fails.
 int DumpSeries(const std::string& world_dir, const std::string& selector, std::FILE* out);
+// Prints the per-rank step breakdown (detect/breakdown) of every job the agents of the finished
+// run in `world_dir` saw, over the job's whole window.
+int PrintBreakdowns(const std::string& world_dir, std::FILE* out);
 
 }  // namespace ithbat::sim::lab

@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   auto* pick_seed_opt = app.add_option("--pick-seed", pick_seed, "Seed of the --pick draw (default: a fresh one)");
   std::string dump;
   app.add_option("--series", dump, "With --world: print the stored series matching this selector and exit");
+  bool breakdown = false;
+  app.add_flag("--breakdown", breakdown, "With --world: print each job's per-rank step breakdown and exit");
   CLI11_PARSE(app, argc, argv);
   if (seed_opt->count() > 0) options.seed = seed;
   // "0.25,0.5,1": split by hand (a multi-value option would swallow the files after it).
@@ -67,6 +69,13 @@ int main(int argc, char** argv) {
       return 2;
     }
     return ithbat::sim::lab::DumpSeries(options.world_dir, dump, stdout);
+  }
+  if (breakdown) {
+    if (options.world_dir.empty()) {
+      fmt::print(stderr, "ithbat-lab: --breakdown needs --world DIR\n");
+      return 2;
+    }
+    return ithbat::sim::lab::PrintBreakdowns(options.world_dir, stdout);
   }
   if (!options.world_dir.empty() && options.files.size() != 1) {
     fmt::print(stderr, "ithbat-lab: --world checks one run: give exactly the one scenario file it ran\n");
