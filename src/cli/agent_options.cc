@@ -117,6 +117,10 @@ void AddAgentFlags(CLI::App& cmd, AgentFlags& f) {
                  "Host scheduling (off-CPU by reason) and file I/O (write/fsync/close per mount) of the "
                  "tracked processes, through eBPF: on or off")
       ->capture_default_str();
+  cmd.add_option("--diagnose-interval", f.diagnose_interval,
+                 "How often the diagnosis engine runs over this node's store (/api/v1/diagnoses, "
+                 "ithbat_diagnosis_* metrics); 0 = off")
+      ->capture_default_str();
   cmd.add_flag("--once", f.once, "Collect one round (two ticks), print the /metrics text to stdout and exit")
       ->configurable(false);
 }
@@ -269,6 +273,14 @@ Result<AgentOptions> ResolveAgentOptions(const AgentFlags& f) {
     return MakeErrorF(ErrorCode::kInvalidArgument, "sched-io: expected on or off, got '{}'", f.sched_io);
   }
   o.sched_io = f.sched_io == "on";
+  if (auto zero = ParseDuration(f.diagnose_interval); f.diagnose_interval == "0" || (zero && *zero == 0)) {
+    o.diagnose_interval = 0;
+  } else {
+    // At least 1 s: a round reads up to 15 minutes of the store; more often is load, not news.
+    auto diagnose = ResolveDuration("diagnose-interval", f.diagnose_interval, kNsPerSec, kMaxInterval);
+    if (!diagnose) return std::unexpected(diagnose.error());
+    o.diagnose_interval = *diagnose;
+  }
   o.once = f.once;
   return o;
 }

@@ -54,6 +54,8 @@ struct AgentFlags {
   std::string probe_budget = "0.01";  // CUDA probes: added time per process (fraction); 0 = off
   std::string probe_cost_ns = "0";    // cost of one launch-probe hit; 0 = measured at start
   std::string sched_io = "on";        // host scheduling and file I/O probes: on|off
+  // The node-local diagnosis engine's cadence; 0 = off.
+  std::string diagnose_interval = "10s";
   bool once = false;
 
   AgentFlags();
@@ -92,6 +94,9 @@ struct AgentOptions {
   double probe_cost_ns = 0;    // [0, 1e9]; 0 = self-calibration at start
   // Host scheduling and file I/O of the tracked processes (collect/sched_io).
   bool sched_io = true;
+  // How often the node-local diagnosis engine runs over this node's store (0 = off:
+  // /api/v1/diagnoses answers 503 and no ithbat_diagnosis_* metric is written).
+  TimeNs diagnose_interval = 10 * kNsPerSec;
   bool once = false;
 };
 

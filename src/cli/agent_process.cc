@@ -5,6 +5,7 @@
 
 #include "agent/logging.h"
 #include "agent/store_stats_collector.h"
+#include "cli/diagnosis_collector.h"
 #include "collect/gpu/gpu_collector.h"
 #include "collect/host/host_collector.h"
 #include "collect/joblog/joblog_collector.h"
@@ -19,10 +20,15 @@
 namespace ithbat::cli {
 namespace {
 
+// Not for --once: two ticks hold no history to diagnose, and waiting for the diagnosis
+// collector's (slower) ticks would only delay the answer.
+bool RunsDiagnosis(const AgentOptions& options) { return options.diagnose_interval > 0 && !options.once; }
+
 // The collectors every agent runs. A new collector is added here and nowhere else, so the
 // agent, `--once`, the demo and docs/metrics.md always agree.
 Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const AgentOptions& options,
-                     agent::TrackedProcesses& tracked, agent::LoggedSteps& logged_steps) {
+                     agent::TrackedProcesses& tracked, agent::LoggedSteps& logged_steps,
+                     investigate::NodeDiagnoser& diagnoser) {
   collect::HostOptions host;
   host.procfs = options.procfs;
   if (auto s = runtime.Add(collect::HostCollector::Create(std::move(host))); !s) return s;
@@ -99,7 +105,14 @@ Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const A
   // Inference servers are processes: discovered in the agent's real /proc (the pids it can
   // reach), never in the --procfs root, which is for node statistics.
   if (auto s = runtime.Add(collect::ServingCollector::Create(collect::ServingOptions{})); !s) return s;
-  return runtime.Add(std::make_unique<agent::StoreStatsCollector>(store));
+  if (auto s = runtime.Add(std::make_unique<agent::StoreStatsCollector>(store)); !s) return s;
+  // The node-local diagnosis engine over the same store, on its own cadence; last, so its
+  // rounds read what the collectors above wrote.
+  if (RunsDiagnosis(options)) {
+    const std::string node = options.node.empty() ? HostName() : options.node;
+    return runtime.Add(std::make_unique<DiagnosisCollector>(diagnoser, store, node), options.diagnose_interval);
+  }
+  return Ok();
 }
 
 }  // namespace
@@ -142,7 +155,8 @@ Result<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentOptions& op
   AgentProcess* self = p.get();
   ro.maintenance = [self](TimeNs now) { self->Maintain(now); };
   p->runtime_ = std::make_unique<agent::Runtime>(*p->store_, std::move(ro));
-  if (auto s = AddCollectors(*p->runtime_, *p->store_, options, p->tracked_, p->logged_steps_); !s) return std::unexpected(s.error());
+  if (auto s = AddCollectors(*p->runtime_, *p->store_, options, p->tracked_, p->logged_steps_, p->diagnoser_); !s)
+    return std::unexpected(s.error());
   if (auto s = p->runtime_->Start(); !s) return std::unexpected(s.error());
 
   if (serve) {
@@ -154,6 +168,10 @@ Result<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentOptions& op
     serve::ServerSources sources;
     sources.collectors = [rt] { return rt->Status(); };
     sources.metric_descs = [rt] { return rt->DescribeAll(); };
+    if (RunsDiagnosis(options)) {
+      const investigate::NodeDiagnoser* diagnoser = &p->diagnoser_;
+      sources.diagnoses = [diagnoser] { return diagnoser->Current(); };
+    }
     auto server = serve::HttpServer::Start(*p->store_, std::move(sources), std::move(so));
     if (!server) {
       p->Stop();
@@ -213,8 +231,10 @@ Result<std::vector<std::pair<std::string, std::vector<MetricDesc>>>> DescribeAge
   if (!store) return std::unexpected(store.error());
   agent::TrackedProcesses tracked;
   agent::LoggedSteps logged_steps;
+  investigate::NodeDiagnoser diagnoser;
   agent::Runtime runtime(**store, agent::RuntimeOptions{});
-  if (auto s = AddCollectors(runtime, **store, AgentOptions{}, tracked, logged_steps); !s) return std::unexpected(s.error());
+  if (auto s = AddCollectors(runtime, **store, AgentOptions{}, tracked, logged_steps, diagnoser); !s)
+    return std::unexpected(s.error());
   return runtime.DescribeByCollector();
 }
 

@@ -22,6 +22,7 @@
 #include "cli/agent_options.h"
 #include "core/metric.h"
 #include "core/result.h"
+#include "investigate/node_diagnoser.h"
 #include "serve/http_server.h"
 #include "store/store.h"
 
@@ -46,6 +47,8 @@ class AgentProcess {
   const store::Store& store() const { return *store_; }
   const agent::Runtime& runtime() const { return *runtime_; }
   const AgentOptions& options() const { return options_; }
+  // The node-local diagnosis engine (runs when options().diagnose_interval > 0, never with --once).
+  const investigate::NodeDiagnoser& diagnoser() const { return diagnoser_; }
 
  private:
   explicit AgentProcess(AgentOptions options) : options_(std::move(options)) {}
@@ -56,6 +59,8 @@ class AgentProcess {
   // Declared before the runtime: collectors hold a pointer to it until the runtime stops them.
   agent::TrackedProcesses tracked_;
   agent::LoggedSteps logged_steps_;  // joblog publishes, probes read (step numbering)
+  // Declared before the runtime too: the diagnosis collector and the server borrow it.
+  investigate::NodeDiagnoser diagnoser_;
   std::unique_ptr<agent::Runtime> runtime_;
   std::unique_ptr<serve::HttpServer> server_;
   bool stopped_ = false;

@@ -13,6 +13,7 @@
 
 #include "core/event.h"
 #include "core/version.h"
+#include "investigate/diagnosis_json.h"
 #include "serve/text_format.h"
 
 namespace ithbat::serve {
@@ -433,6 +434,17 @@ ApiResponse ServeHealth(const std::vector<agent::CollectorStatus>& collectors) {
 
 ApiResponse ServeVersion() {
   json body = {{"version", kVersion}, {"api", "v1"}};
+  return ApiResponse{200, std::string(kJsonContentType), Dump(body)};
+}
+
+ApiResponse ServeDiagnoses(bool enabled, const std::vector<Diagnosis>& diagnoses) {
+  if (!enabled) {
+    return ErrorResponse(503, ErrorCodeForStatus(503),
+                         "diagnosis is off on this agent (diagnose-interval = 0)");
+  }
+  json list = json::array();
+  for (const auto& d : diagnoses) list.push_back(investigate::ToJson(d));
+  json body = {{"schema", investigate::kDiagnosisSchema}, {"diagnoses", std::move(list)}};
   return ApiResponse{200, std::string(kJsonContentType), Dump(body)};
 }
 

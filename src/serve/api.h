@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "agent/runtime.h"
+#include "core/finding.h"
 #include "core/metric.h"
 #include "core/time.h"
 #include "serve/http_server.h"
@@ -50,6 +51,9 @@ ApiResponse ServeSteps(const store::Store& store, const QueryParams& params, Tim
 ApiResponse ServeMetricList(const store::Store& store, const std::vector<MetricDesc>& declared);
 ApiResponse ServeHealth(const std::vector<agent::CollectorStatus>& collectors);
 ApiResponse ServeVersion();
+// {"schema":"ithbat.diagnosis/v1","diagnoses":[schema v1 objects]}; `enabled` false (the agent
+// runs no diagnosis) gives 503, so "nothing found" and "not looking" never look the same.
+ApiResponse ServeDiagnoses(bool enabled, const std::vector<Diagnosis>& diagnoses);
 
 std::string_view CollectorStateName(agent::CollectorState state);
 

@@ -222,6 +222,10 @@ void HttpServer::Impl::Configure() {
       std::string(kHealthPath), Wrap("healthz", [this](const httplib::Request&) {
         return ServeHealth(sources.collectors ? sources.collectors() : std::vector<agent::CollectorStatus>());
       }));
+  server.Get("/api/v1/diagnoses", Wrap("diagnoses", [this](const httplib::Request&) {
+               const bool enabled = static_cast<bool>(sources.diagnoses);
+               return ServeDiagnoses(enabled, enabled ? sources.diagnoses() : std::vector<Diagnosis>());
+             }));
   server.Get("/api/v1/version", Wrap("version", [](const httplib::Request&) { return ServeVersion(); }));
 
   // Other methods get 405 from real handlers rather than from the pre-routing hook, so that

@@ -1,6 +1,6 @@
 #pragma once
 // The agent's HTTP endpoint (cpp-httplib): /metrics (Prometheus text format 0.0.4),
-// /api/v1/series, /api/v1/events, /api/v1/steps, /healthz, /api/v1/version. Documented in
+// /api/v1/series, /api/v1/events, /api/v1/steps, /api/v1/diagnoses, /healthz, /api/v1/version. Documented in
 // docs/http-api.md. Binds 127.0.0.1 unless configured; an optional bearer token guards every
 // path except /healthz. Requests are bounded in size and time.
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "agent/runtime.h"
+#include "core/finding.h"
 #include "core/result.h"
 #include "store/store.h"
 
@@ -29,10 +30,13 @@ struct ServerOptions {
   int threads = 4;
 };
 
-// What the server reads besides the store. Both are optional (may be empty functions).
+// What the server reads besides the store. All are optional (may be empty functions). Each is
+// called from the server's threads, so it must be thread-safe.
 struct ServerSources {
   std::function<std::vector<agent::CollectorStatus>()> collectors;  // /healthz and self-metrics
   std::function<std::vector<MetricDesc>()> metric_descs;            // HELP text for metrics not yet stored
+  // /api/v1/diagnoses: the node's current diagnoses (empty function: diagnosis is off, 503).
+  std::function<std::vector<Diagnosis>()> diagnoses;
 };
 
 class HttpServer {

@@ -36,6 +36,7 @@ disk-budget = "10GB"
 flush-interval = "30s"
 log-format = "json"
 log-level = "debug"
+diagnose-interval = "30s"
 )";
 
 void ExpectEveryKey(const AgentOptions& o) {
@@ -57,6 +58,7 @@ void ExpectEveryKey(const AgentOptions& o) {
   EXPECT_EQ(o.flush_interval, 30 * kNsPerSec);
   EXPECT_EQ(o.log_format, agent::LogFormat::kJson);
   EXPECT_EQ(o.log_level, "debug");
+  EXPECT_EQ(o.diagnose_interval, 30 * kNsPerSec);
   EXPECT_FALSE(o.once);
 }
 
@@ -81,7 +83,24 @@ TEST(AgentOptionsTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(o->flush_interval, 10 * kNsPerSec);
   EXPECT_EQ(o->log_format, agent::LogFormat::kHuman);
   EXPECT_EQ(o->log_level, "info");
+  EXPECT_EQ(o->diagnose_interval, 10 * kNsPerSec);
   EXPECT_FALSE(o->once);
+}
+
+TEST(AgentOptionsTest, DiagnoseIntervalZeroTurnsItOffAndBoundsAreChecked) {
+  for (const char* off : {"0", "0s"}) {
+    auto o = ParseAgentCommandLine({"--diagnose-interval", off});
+    ASSERT_TRUE(o) << off << ": " << o.error().ToString();
+    EXPECT_EQ(o->diagnose_interval, 0) << off;
+  }
+  auto one = ParseAgentCommandLine({"--diagnose-interval", "1s"});
+  ASSERT_TRUE(one) << one.error().ToString();
+  EXPECT_EQ(one->diagnose_interval, kNsPerSec);
+  for (const char* bad : {"500ms", "2h", "often"}) {
+    auto o = ParseAgentCommandLine({"--diagnose-interval", bad});
+    ASSERT_FALSE(o) << bad;
+    EXPECT_THAT(o.error().message, StartsWith("diagnose-interval: ")) << bad;
+  }
 }
 
 TEST(AgentOptionsTest, ConfigFileWithEveryKeyAtTheTop) {

@@ -21,6 +21,7 @@
 #include "core/metric.h"
 #include "core/time.h"
 #include "core/version.h"
+#include "investigate/diagnosis_json.h"
 #include "serve/text_format.h"
 #include "store/store.h"
 
@@ -633,6 +634,102 @@ TEST_F(HttpServerTest, ConcurrentClients) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), 80);
+}
+
+Diagnosis ServedDiagnosis(TimeNs t) {
+  Diagnosis d;
+  d.id = "dx-77";
+  d.state = DiagnosisState::kOpen;
+  d.verdict = Verdict::kJob;
+  d.cause = Cause::kDataImbalance;
+  d.summary = "the slowest rank rotates with the work";
+  d.subjects.job = "77";
+  d.subjects.nodes = {"n1"};
+  d.subjects.ranks = {{1, 1, "n1", 101}};
+  d.window = {t - 60 * kNsPerSec, t};
+  Evidence e;
+  e.signal = "ithbat_probe_nccl_last_arrivals_total";
+  e.collector = "probes";
+  e.subject = "rank 1";
+  e.observed = 2;
+  e.expected = 1;
+  e.note = "arrives last twice as often as its peers";
+  e.window = d.window;
+  d.evidence = {e};
+  d.fix = "balance the data";
+  d.opened_at = t - 30 * kNsPerSec;
+  d.updated_at = t;
+  return d;
+}
+
+TEST_F(HttpServerTest, DiagnosesServesSchemaV1) {
+  ServerSources sources;
+  std::atomic<int> calls{0};
+  sources.diagnoses = [this, &calls] {
+    ++calls;
+    return std::vector<Diagnosis>{ServedDiagnosis(now_)};
+  };
+  StartServer({}, std::move(sources));
+  auto [status, body] = GetJson("/api/v1/diagnoses");
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(body.value("schema", ""), investigate::kDiagnosisSchema);
+  ASSERT_TRUE(body["diagnoses"].is_array()) << body.dump();
+  ASSERT_EQ(body["diagnoses"].size(), 1u);
+  const json& d = body["diagnoses"][0];
+  EXPECT_TRUE(investigate::ValidateDiagnosisJson(d).has_value()) << d.dump();
+  EXPECT_EQ(d["id"], "dx-77");
+  EXPECT_EQ(d["cause"], "data_imbalance");
+  EXPECT_EQ(d["subjects"]["job"], "77");
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST_F(HttpServerTest, DiagnosesEmptyListWhenNothingIsFound) {
+  ServerSources sources;
+  sources.diagnoses = [] { return std::vector<Diagnosis>{}; };
+  StartServer({}, std::move(sources));
+  auto [status, body] = GetJson("/api/v1/diagnoses");
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(body.value("schema", ""), investigate::kDiagnosisSchema);
+  EXPECT_EQ(body["diagnoses"], json::array());
+}
+
+TEST_F(HttpServerTest, DiagnosesOffIs503) {
+  StartServer();
+  auto [status, body] = GetJson("/api/v1/diagnoses");
+  EXPECT_EQ(status, 503);
+  EXPECT_EQ(ErrorCodeOf(body), "unavailable");
+}
+
+TEST_F(HttpServerTest, DiagnosesNeedTheBearerToken) {
+  ServerOptions options;
+  options.bearer_token = "s3cret-token";
+  ServerSources sources;
+  sources.diagnoses = [this] { return std::vector<Diagnosis>{ServedDiagnosis(now_)}; };
+  StartServer(options, std::move(sources));
+  {
+    auto res = client_->Get("/api/v1/diagnoses");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 401);
+    EXPECT_EQ(res->body.find("dx-77"), std::string::npos);
+  }
+  {
+    auto res = client_->Get("/api/v1/diagnoses", {{"Authorization", "Bearer wrong"}});
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 401);
+  }
+  auto [status, body] = GetJson("/api/v1/diagnoses", {{"Authorization", "Bearer s3cret-token"}});
+  EXPECT_EQ(status, 200);
+  ASSERT_EQ(body["diagnoses"].size(), 1u);
+}
+
+TEST_F(HttpServerTest, ADiagnosesSourceThatThrowsIs500) {
+  ServerSources sources;
+  sources.diagnoses = []() -> std::vector<Diagnosis> { throw std::runtime_error("boom"); };
+  StartServer({}, std::move(sources));
+  auto [status, body] = GetJson("/api/v1/diagnoses");
+  EXPECT_EQ(status, 500);
+  auto [status2, body2] = GetJson("/api/v1/version");
+  EXPECT_EQ(status2, 200);
 }
 
 }  // namespace
