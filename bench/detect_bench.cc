@@ -91,10 +91,7 @@ void BM_EngineRound(benchmark::State& state) {
   const TimeNs now = kT0 + (ticks - 1) * kNsPerSec;
   size_t diagnoses = 0;
   for (auto _ : state) {
-    auto findings = detect::RunDetectors(view, kMinTime, now);
-    const detect::FleetView clamped = view.AsOf(now);
-    auto jobs = detect::DiscoverJobs(clamped, kMinTime, now);
-    auto d = investigate::Diagnose(findings, clamped, jobs, now, {});
+    auto d = investigate::DiagnoseAsOf(view, kMinTime, now, {});
     diagnoses = d.size();
     benchmark::DoNotOptimize(d);
   }

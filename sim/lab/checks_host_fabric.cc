@@ -14,31 +14,10 @@
 namespace ithbat::sim::lab {
 namespace {
 
+using detect::CounterGrowth;
+using detect::SampleAt;
+
 using Samples = std::vector<store::Sample>;
-
-// The value of a sampled counter at t: the last sample at or before t (nullopt before the first).
-std::optional<double> ValueAt(const Samples& s, TimeNs t) {
-  std::optional<double> v;
-  for (const auto& x : s) {
-    if (x.t > t) break;
-    v = x.v;
-  }
-  return v;
-}
-
-// A counter's increase over [a, b] from its samples (0 when it has none there); resets count
-// the new value as growth, as Evidence::Increase does.
-double Growth(const Samples& s, TimeNs a, TimeNs b) {
-  double total = 0;
-  std::optional<double> prev = ValueAt(s, a);
-  for (const auto& x : s) {
-    if (x.t <= a) continue;
-    if (x.t > b) break;
-    if (prev) total += x.v >= *prev ? x.v - *prev : x.v;
-    prev = x.v;
-  }
-  return total;
-}
 
 // The samples of the one series `selector` names on `node` (the first, when several match).
 Samples OneSeries(const Evidence& ev, const std::string& node, const std::string& selector, TimeNs from, TimeNs to) {
@@ -80,13 +59,13 @@ LinkState JudgeLink(const Evidence& ev, const Port& p, TimeNs from, TimeNs onset
   st.before_s = static_cast<double>(onset - from) / 1e9;
   st.after_s = static_cast<double>(to - onset) / 1e9;
   const Samples errors = OneSeries(ev, p.node, p.Sel("ithbat_ib_symbol_errors_total"), from, to);
-  st.errors_before = Growth(errors, from, onset);
-  st.errors_after = Growth(errors, onset, to);
+  st.errors_before = CounterGrowth(errors, from, onset);
+  st.errors_after = CounterGrowth(errors, onset, to);
   const double before_rate = st.before_s > 0 ? st.errors_before / st.before_s : 0;
   // First sample after the onset where the errors since the onset are enough and come faster.
   for (const auto& x : errors) {
     if (x.t <= onset) continue;
-    const double n = Growth(errors, onset, x.t);
+    const double n = CounterGrowth(errors, onset, x.t);
     const double secs = static_cast<double>(x.t - onset) / 1e9;
     if (n >= kMinLinkErrors && secs > 0 && n / secs >= kLinkErrorRateFactor * before_rate) {
       st.fault_seen = x.t;
@@ -94,9 +73,9 @@ LinkState JudgeLink(const Evidence& ev, const Port& p, TimeNs from, TimeNs onset
     }
   }
   const Samples downed = OneSeries(ev, p.node, p.Sel("ithbat_ib_link_downed_total"), from, to);
-  st.downed_after = Growth(downed, onset, to);
+  st.downed_after = CounterGrowth(downed, onset, to);
   for (const auto& x : downed) {
-    if (x.t > onset && Growth(downed, onset, x.t) > 0) {
+    if (x.t > onset && CounterGrowth(downed, onset, x.t) > 0) {
       if (!st.fault_seen || x.t < *st.fault_seen) st.fault_seen = x.t;
       break;
     }
@@ -140,8 +119,8 @@ StepRates JobStepRates(const Evidence& ev, const WorldJob& job, const std::strin
       }
     }
     if (first == 0 || first >= onset || s.back().t <= onset) continue;
-    const double b = Growth(s, first, onset) / (static_cast<double>(onset - first) / 1e9);
-    const double a = Growth(s, onset, to) / (static_cast<double>(s.back().t - onset) / 1e9);
+    const double b = CounterGrowth(s, first, onset) / (static_cast<double>(onset - first) / 1e9);
+    const double a = CounterGrowth(s, onset, to) / (static_cast<double>(s.back().t - onset) / 1e9);
     sum_b += b;
     sum_a += a;
     ++out.ranks;
@@ -277,7 +256,7 @@ LaunchStarvation CountLaunchStarvation(const Evidence& evidence, const WorldJob&
         const Samples last = OneSeries(
             evidence, node, fmt::format("ithbat_probe_nccl_last_arrivals_total{{pid={}}}", Quote(std::to_string(wr->pid))),
             from, to);
-        if (Growth(last, t - kNsPerSec, t + static_cast<TimeNs>(kStarvedLateWindowS * 1e9)) > 0) ++followed;
+        if (CounterGrowth(last, t - kNsPerSec, t + static_cast<TimeNs>(kStarvedLateWindowS * 1e9)) > 0) ++followed;
       }
     }
   }
@@ -376,8 +355,8 @@ FindingCheck CheckNetwork(const World& world, const Evidence& evidence, const sc
     std::vector<const Port*> waiting;
     for (const auto& p : ports) {
       const Samples w = OneSeries(evidence, p.node, p.Sel("ithbat_ib_transmit_wait_total"), from, to);
-      const double before = Growth(w, from, onset);
-      const double after = Growth(w, onset, to);
+      const double before = CounterGrowth(w, from, onset);
+      const double after = CounterGrowth(w, onset, to);
       const double before_rate = before / (static_cast<double>(onset - from) / 1e9);
       const double after_rate = after / (static_cast<double>(to - onset) / 1e9);
       const bool rises = after > 0 && after_rate >= kXmitWaitFactor * before_rate;
@@ -385,7 +364,7 @@ FindingCheck CheckNetwork(const World& world, const Evidence& evidence, const sc
       if (!rises) continue;
       waiting.push_back(&p);
       for (const auto& x : w) {
-        if (x.t > onset && Growth(w, onset, x.t) > 0) {
+        if (x.t > onset && CounterGrowth(w, onset, x.t) > 0) {
           if (!wait.first_seen || x.t < *wait.first_seen) wait.first_seen = x.t;
           break;
         }
@@ -439,8 +418,8 @@ FindingCheck CheckNetwork(const World& world, const Evidence& evidence, const sc
         }
       }
       if (begin == 0 || begin >= onset) continue;
-      const double sb = Growth(steps, begin, onset), sa = Growth(steps, onset, to);
-      const double bb = Growth(tx, begin, onset), ba = Growth(tx, onset, to);
+      const double sb = CounterGrowth(steps, begin, onset), sa = CounterGrowth(steps, onset, to);
+      const double bb = CounterGrowth(tx, begin, onset), ba = CounterGrowth(tx, onset, to);
       if (sb <= 0 || sa <= 0) continue;
       const double per_b = bb / sb, per_a = ba / sa;
       parts.push_back(fmt::format("{}: {:.2f} GB per step before, {:.2f} after", p->Name(), per_b / 1e9, per_a / 1e9));

@@ -23,10 +23,7 @@ double CpuSeconds() {
 }
 
 std::vector<Diagnosis> EngineAsOf(const Evidence& evidence, TimeNs from, TimeNs now) {
-  auto findings = detect::RunDetectors(evidence, from, now);
-  const detect::FleetView clamped = evidence.AsOf(now);
-  auto jobs = detect::DiscoverJobs(clamped, from, now);
-  return investigate::Diagnose(findings, clamped, jobs, now, investigate::InvestigateOptions{});
+  return investigate::DiagnoseAsOf(evidence, from, now, investigate::InvestigateOptions{});
 }
 
 std::string GpuName(const GpuRef& g) { return fmt::format("{}:{}", g.node, g.index); }

@@ -13,7 +13,10 @@ std::span<const DetectorInfo> Detectors() { return RegisteredDetectors(); }
 std::vector<Finding> RunDetectors(const FleetView& view, TimeNs from, TimeNs now) {
   const FleetView clamped = view.AsOf(now);
   const std::vector<JobView> jobs = DiscoverJobs(clamped, from, now);
-  DetectInput in{clamped, jobs, from, now};
+  return RunDetectors(DetectInput{clamped, jobs, from, now});
+}
+
+std::vector<Finding> RunDetectors(const DetectInput& in) {
   std::vector<Finding> out;
   for (const auto& d : Detectors()) {
     auto f = d.run(in);
@@ -23,6 +26,20 @@ std::vector<Finding> RunDetectors(const FleetView& view, TimeNs from, TimeNs now
     }
   }
   return out;
+}
+
+Evidence MakeEvidence(std::string signal, std::string_view collector, std::string subject, double observed,
+                      double expected, std::string unit, std::string note, TimeWindow window) {
+  Evidence e;
+  e.signal = std::move(signal);
+  e.collector = std::string(collector);
+  e.subject = std::move(subject);
+  e.observed = observed;
+  e.expected = expected;
+  e.unit = std::move(unit);
+  e.note = std::move(note);
+  e.window = window;
+  return e;
 }
 
 double Median(std::vector<double> v) { return Quantile(std::move(v), 0.5); }

@@ -4,6 +4,7 @@
 // scenario, a simulator file or a list of expected subjects: jobs, ranks and GPUs come from the
 // labels the agents attached when they collected (jobs.h).
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -31,8 +32,15 @@ struct DetectorInfo {
 // Every detector, in the order the investigator walks them (job → node → network → storage).
 std::span<const DetectorInfo> Detectors();
 
-// Runs every detector over the view clamped to `now`, jobs discovered over [from, now].
+// Runs every detector on one prepared input (the view clamped to in.now, the jobs discovered
+// over [in.from, in.now]): callers that also need the jobs (the investigator) discover them once.
+std::vector<Finding> RunDetectors(const DetectInput& in);
+// The same, preparing the input: the view clamped to `now`, jobs discovered over [from, now].
 std::vector<Finding> RunDetectors(const FleetView& view, TimeNs from, TimeNs now);
+
+// One evidence item (core/finding.h Evidence), in the order a detector thinks of it.
+Evidence MakeEvidence(std::string signal, std::string_view collector, std::string subject, double observed,
+                      double expected, std::string unit, std::string note, TimeWindow window);
 
 // Small statistics every family uses.
 double Median(std::vector<double> v);  // NaN for none

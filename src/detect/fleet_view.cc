@@ -4,6 +4,27 @@
 
 namespace ithbat::detect {
 
+std::optional<double> SampleAt(const std::vector<store::Sample>& samples, TimeNs t) {
+  std::optional<double> v;
+  for (const auto& x : samples) {
+    if (x.t > t) break;
+    v = x.v;
+  }
+  return v;
+}
+
+double CounterGrowth(const std::vector<store::Sample>& samples, TimeNs a, TimeNs b) {
+  double total = 0;
+  std::optional<double> prev = SampleAt(samples, a);
+  for (const auto& x : samples) {
+    if (x.t <= a) continue;
+    if (x.t > b) break;
+    if (prev) total += x.v >= *prev ? x.v - *prev : x.v;
+    prev = x.v;
+  }
+  return total;
+}
+
 FleetView FleetView::Owning(std::map<std::string, std::unique_ptr<store::Store>> stores) {
   FleetView v;
   v.owned_ = std::make_shared<std::vector<std::unique_ptr<store::Store>>>();

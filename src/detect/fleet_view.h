@@ -8,6 +8,7 @@
 // diagnosis first became provable; a detector cannot peek past "now" by accident.
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,13 @@ struct SeriesValue {
   LabelSet labels;
   double value = 0;
 };
+
+// One sampled counter's value at t: the last sample at or before t (nullopt before the first).
+std::optional<double> SampleAt(const std::vector<store::Sample>& samples, TimeNs t);
+// One sampled counter's increase over (a, b]: from its value at a (none before its first sample:
+// the first value is history) to its last sample in the window; a reset — a value below the
+// previous one — counts the new value as growth, as FleetView::Increase does.
+double CounterGrowth(const std::vector<store::Sample>& samples, TimeNs a, TimeNs b);
 
 class FleetView {
  public:

@@ -8,16 +8,13 @@
 #include <fmt/core.h>
 
 namespace ithbat::detect {
-namespace {
 
-int32_t ToInt(const std::string& s, int32_t fallback = -1) {
+int32_t ParseInt(std::string_view s, int32_t fallback) {
   int32_t v = fallback;
   if (s.empty()) return fallback;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   return ec == std::errc() && p == s.data() + s.size() ? v : fallback;
 }
-
-}  // namespace
 
 std::string Label(const LabelSet& labels, std::string_view name) {
   auto v = labels.Get(name);
@@ -74,7 +71,7 @@ std::vector<JobView> DiscoverJobs(const FleetView& view, TimeNs from, TimeNs to)
   std::map<std::tuple<std::string, std::string, int32_t>, RankProcess> procs;
   auto note = [&](const std::string& node, const LabelSet& labels, TimeNs first, TimeNs last) {
     const std::string job = Label(labels, "job_id");
-    const int32_t pid = ToInt(Label(labels, "pid"));
+    const int32_t pid = ParseInt(Label(labels, "pid"));
     if (job.empty() || pid < 0) return;
     auto [it, fresh] = procs.try_emplace({job, node, pid});
     RankProcess& p = it->second;
@@ -86,10 +83,10 @@ std::vector<JobView> DiscoverJobs(const FleetView& view, TimeNs from, TimeNs to)
     }
     p.first_seen = std::min(p.first_seen, first);
     p.last_seen = std::max(p.last_seen, last);
-    if (p.rank < 0) p.rank = ToInt(Label(labels, "rank"));
-    if (p.local_rank < 0) p.local_rank = ToInt(Label(labels, "local_rank"));
-    if (p.world_size < 0) p.world_size = ToInt(Label(labels, "world_size"));
-    if (p.gpu < 0) p.gpu = ToInt(Label(labels, "gpu"));
+    if (p.rank < 0) p.rank = ParseInt(Label(labels, "rank"));
+    if (p.local_rank < 0) p.local_rank = ParseInt(Label(labels, "local_rank"));
+    if (p.world_size < 0) p.world_size = ParseInt(Label(labels, "world_size"));
+    if (p.gpu < 0) p.gpu = ParseInt(Label(labels, "gpu"));
     if (p.gpu_uuid.empty()) p.gpu_uuid = Label(labels, "gpu_uuid");
   };
   for (const char* sel : {"ithbat_probe_launches_total", "ithbat_probe_nccl_ops_total", "ithbat_sched_oncpu_seconds_total"}) {
@@ -117,7 +114,7 @@ std::vector<JobView> DiscoverJobs(const FleetView& view, TimeNs from, TimeNs to)
   std::map<std::pair<std::string, int32_t>, std::string> uuid_of;
   std::map<std::pair<std::string, std::string>, int32_t> index_of;
   for (const auto& [v, samples] : view.Samples("", "ithbat_gpu_info", kMinTime, to)) {
-    const int32_t index = ToInt(Label(v.labels, "gpu"));
+    const int32_t index = ParseInt(Label(v.labels, "gpu"));
     const std::string uuid = Label(v.labels, "gpu_uuid");
     if (index < 0 || uuid.empty()) continue;
     uuid_of[{v.node, index}] = uuid;

@@ -25,6 +25,9 @@ struct RankProcess {
   std::string gpu_uuid;
   TimeNs first_seen = 0;    // first sample of any of its series
   TimeNs last_seen = 0;     // newest sample
+
+  RankRef Ref() const { return RankRef{rank, local_rank, node, pid}; }
+  GpuRef Gpu() const { return GpuRef{node, gpu, gpu_uuid}; }
 };
 
 struct JobView {
@@ -50,6 +53,8 @@ std::vector<JobView> DiscoverJobs(const FleetView& view, TimeNs from, TimeNs to)
 
 // A label's value, or "" when absent.
 std::string Label(const LabelSet& labels, std::string_view name);
+// A label's (or any decimal) integer text as a number, or `fallback` when it is not one whole.
+int32_t ParseInt(std::string_view s, int32_t fallback = -1);
 // A label value quoted for a selector: "a\"b".
 std::string Quote(std::string_view v);
 

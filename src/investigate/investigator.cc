@@ -6,6 +6,7 @@
 
 #include <fmt/core.h>
 
+#include "detect/detector.h"
 #include "investigate/causes.h"
 #include "investigate/impact.h"
 
@@ -164,6 +165,14 @@ std::vector<Diagnosis> Diagnose(const std::vector<Finding>& findings, const dete
   std::vector<Diagnosis> out;
   for (auto& [key, d] : DiagnoseKeyed(findings, view, jobs, now, options)) out.push_back(std::move(d));
   return out;
+}
+
+std::vector<Diagnosis> DiagnoseAsOf(const detect::FleetView& view, TimeNs from, TimeNs now,
+                                    const InvestigateOptions& options) {
+  const detect::FleetView clamped = view.AsOf(now);
+  const std::vector<detect::JobView> jobs = detect::DiscoverJobs(clamped, from, now);
+  const std::vector<Finding> findings = detect::RunDetectors(detect::DetectInput{clamped, jobs, from, now});
+  return Diagnose(findings, clamped, jobs, now, options);
 }
 
 std::vector<Diagnosis> Investigator::Update(const std::vector<Finding>& findings, const detect::FleetView& view,

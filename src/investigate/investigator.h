@@ -29,6 +29,10 @@ std::vector<Diagnosis> Diagnose(const std::vector<Finding>& findings, const dete
                                 const std::vector<detect::JobView>& jobs, TimeNs now,
                                 const InvestigateOptions& options);
 
+// One offline round over `view` as of `now`: the jobs discovered once, every detector, Diagnose.
+std::vector<Diagnosis> DiagnoseAsOf(const detect::FleetView& view, TimeNs from, TimeNs now,
+                                    const InvestigateOptions& options);
+
 // The live form: the agent and the hub call Update every round.
 class Investigator {
  public:

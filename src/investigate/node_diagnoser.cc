@@ -18,9 +18,9 @@ Status NodeDiagnoser::Round(const store::Store& store, const std::string& node, 
   std::vector<Diagnosis> result;
   std::string failure;
   try {
-    const detect::FleetView view = detect::FleetView::Borrowing({{node, &store}});
-    const std::vector<Finding> findings = detect::RunDetectors(view, from, now);
+    const detect::FleetView view = detect::FleetView::Borrowing({{node, &store}}).AsOf(now);
     const std::vector<detect::JobView> jobs = detect::DiscoverJobs(view, from, now);
+    const std::vector<Finding> findings = detect::RunDetectors(detect::DetectInput{view, jobs, from, now});
     result = investigator_.Update(findings, view, jobs, now);
   } catch (const std::exception& e) {
     failure = e.what();

@@ -46,8 +46,8 @@ std::vector<RankBreakdown> StepBreakdown(const FleetView& view, const JobView& j
   for (const auto& p : job.processes) {
     if (p.last_seen < from || p.first_seen > to) continue;
     RankBreakdown r;
-    r.rank = RankRef{p.rank, p.local_rank, p.node, p.pid};
-    r.gpu = GpuRef{p.node, p.gpu, p.gpu_uuid};
+    r.rank = p.Ref();
+    r.gpu = p.Gpu();
     r.seconds = seconds;
     const std::string pid = fmt::format("pid={}", Quote(std::to_string(p.pid)));
     r.steps = Growth(view, p.node, fmt::format("ithbat_probe_steps_total{{{}}}", pid), from, to);

@@ -102,16 +102,6 @@ std::map<std::string, std::map<std::string, GpuInfo>> PciMap(const FleetView& vi
   return out;
 }
 
-int ToInt(const std::string& s) {
-  try {
-    size_t used = 0;
-    const int v = std::stoi(s, &used);
-    return used == s.size() ? v : -1;
-  } catch (...) {
-    return -1;
-  }
-}
-
 void Note(std::optional<TimeNs>& first, TimeNs t) {
   if (!first || t < *first) first = t;
 }
@@ -128,7 +118,7 @@ std::map<GpuKey, GpuDeltas> CollectDeltas(const FleetView& view, const std::stri
   auto at = [&](const GpuKey& k) -> GpuDeltas& {
     GpuDeltas& d = out[k];
     d.gpu.node = k.first;
-    d.gpu.index = ToInt(k.second);
+    d.gpu.index = ParseInt(k.second);
     return d;
   };
   for (const auto& [k, g] : CounterGrowth(view, node, sel("ithbat_gpu_xid_errors_total"), from, to)) {
@@ -298,7 +288,7 @@ GpuDeltas GpuDeltasOf(const FleetView& view, const GpuRef& gpu, TimeNs from, Tim
   auto all = CollectDeltas(view, gpu.node, fmt::format("gpu={}", Quote(std::to_string(gpu.index))), from, to);
   GpuDeltas out;
   for (auto& [k, d] : all) {
-    if (k.first == gpu.node && ToInt(k.second) == gpu.index) out = std::move(d);
+    if (k.first == gpu.node && ParseInt(k.second) == gpu.index) out = std::move(d);
   }
   out.gpu = gpu;
   return out;

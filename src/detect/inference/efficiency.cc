@@ -27,27 +27,6 @@ struct Scrape {
   std::map<std::string, std::tuple<double, double, double>> engines;
 };
 
-// A label's integer value, or -1.
-int32_t ToInt(const std::string& s) {
-  int32_t v = -1;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  return ec == std::errc() && p == s.data() + s.size() ? v : -1;
-}
-
-Evidence Ev(std::string signal, std::string_view collector, std::string subject, double observed, double expected,
-            std::string unit, std::string note, TimeWindow w) {
-  Evidence e;
-  e.signal = std::move(signal);
-  e.collector = std::string(collector);
-  e.subject = std::move(subject);
-  e.observed = observed;
-  e.expected = expected;
-  e.unit = std::move(unit);
-  e.note = std::move(note);
-  e.window = w;
-  return e;
-}
-
 // A counter's increase over its samples in the window (resets count the new value).
 double SeriesGrowth(const std::vector<store::Sample>& s) {
   double total = 0;
@@ -127,7 +106,7 @@ class Server {
     for (const auto& [v, s] : in_.view.Samples(key_.node, "ithbat_gpu_process_memory_used_bytes", in_.from, in_.now)) {
       if (s.empty()) continue;
       const std::string pid = Label(v.labels, "pid"), g = Label(v.labels, "gpu");
-      const int32_t idx = ToInt(g);
+      const int32_t idx = ParseInt(g);
       if (idx < 0) continue;
       if (pid == key_.pid) own[idx] = Label(v.labels, "gpu_uuid");
       if (!job_pids.contains(pid) && Label(v.labels, "job_id").empty()) free[idx] = Label(v.labels, "gpu_uuid");
@@ -214,7 +193,7 @@ class Server {
     f.subjects.job = identity_;
     f.subjects.nodes = {key_.node};
     f.subjects.gpus = gpus_;
-    const int32_t pid = ToInt(key_.pid);
+    const int32_t pid = ParseInt(key_.pid);
     f.subjects.ranks.push_back(RankRef{-1, -1, key_.node, pid});
     f.window = {scrapes_.begin()->first, scrapes_.rbegin()->first};
     return f;
@@ -223,19 +202,19 @@ class Server {
   void AddReport(Finding& f, int gpus_needed, const std::string& how) const {
     const std::string subject = identity_ + " on " + key_.node;
     if (prefill_share_ >= 0) {
-      f.evidence.push_back(Ev("ithbat_serving_prefill_seconds_total/ithbat_serving_decode_seconds_total",
+      f.evidence.push_back(MakeEvidence("ithbat_serving_prefill_seconds_total/ithbat_serving_decode_seconds_total",
                               kCollectorServing, subject, prefill_share_, 0, "ratio",
                               fmt::format("prefill took {:.0f}% of the engine's prefill+decode time", 100 * prefill_share_),
                               f.window));
     }
     if (kv_mean_ >= 0) {
-      f.evidence.push_back(Ev("ithbat_serving_kv_cache_usage_ratio", kCollectorServing, subject, 1 - kv_peak_, 0, "ratio",
+      f.evidence.push_back(MakeEvidence("ithbat_serving_kv_cache_usage_ratio", kCollectorServing, subject, 1 - kv_peak_, 0, "ratio",
                               fmt::format("KV-cache headroom {:.0f}% at peak ({:.0f}% on average)", 100 * (1 - kv_peak_),
                                           100 * (1 - kv_mean_)),
                               f.window));
     }
     const int held = static_cast<int>(gpus_.empty() ? engines_ * std::max(1, tp_) : gpus_.size());
-    f.evidence.push_back(Ev("GPUs needed for the same load", kCollectorServing, subject, gpus_needed, held, "GPUs",
+    f.evidence.push_back(MakeEvidence("GPUs needed for the same load", kCollectorServing, subject, gpus_needed, held, "GPUs",
                             fmt::format("{:.1f} requests in service on average (Little's law) fit on {} GPU(s) of {} "
                                         "held ({}; tensor parallel {}, KV {:.0f} blocks per replica)",
                                         concurrency_, gpus_needed, held, how, std::max(1, tp_), kv_per_engine_),
@@ -252,7 +231,7 @@ class Server {
 
   void AddGpuEvidence(Finding& f, double expected, const std::string& note) const {
     if (util_ < 0) return;
-    f.evidence.push_back(Ev("ithbat_gpu_utilization_ratio", kCollectorGpu, identity_ + " GPUs", util_, expected, "ratio",
+    f.evidence.push_back(MakeEvidence("ithbat_gpu_utilization_ratio", kCollectorGpu, identity_ + " GPUs", util_, expected, "ratio",
                             note, f.window));
   }
 
@@ -281,13 +260,13 @@ class Server {
     const int engines = std::max(1, engines_);
     f.provable_at = first;
     const std::string subject = identity_ + " on " + key_.node;
-    f.evidence.push_back(Ev("ithbat_serving_requests_waiting", kCollectorServing, subject, wait_sum / seen / engines, 0,
+    f.evidence.push_back(MakeEvidence("ithbat_serving_requests_waiting", kCollectorServing, subject, wait_sum / seen / engines, 0,
                             "requests",
                             fmt::format("requests waited with free slots in {} of {} scrapes ({:.1f} waiting per replica "
                                         "on average)",
                                         both, seen, wait_sum / seen / engines),
                             f.window));
-    f.evidence.push_back(Ev("ithbat_serving_requests_running/ithbat_serving_max_num_seqs", kCollectorServing, subject,
+    f.evidence.push_back(MakeEvidence("ithbat_serving_requests_running/ithbat_serving_max_num_seqs", kCollectorServing, subject,
                             run_sum / seen / engines, slots_, "requests",
                             fmt::format("{:.1f} of {:.0f} slots running per replica on average", run_sum / seen / engines,
                                         slots_),
@@ -328,7 +307,7 @@ class Server {
     Finding f = Base(Cause::kOverProvisioned);
     f.provable_at = scrapes_.rbegin()->first;
     const std::string subject = identity_ + " on " + key_.node;
-    f.evidence.push_back(Ev("ithbat_serving_requests_running/ithbat_serving_max_num_seqs", kCollectorServing, subject,
+    f.evidence.push_back(MakeEvidence("ithbat_serving_requests_running/ithbat_serving_max_num_seqs", kCollectorServing, subject,
                             p95, slots_ * engines, "requests",
                             fmt::format("nothing waited in {} of {} scrapes; at most {:.0f} of {:.0f} slots ran (95th "
                                         "percentile)",

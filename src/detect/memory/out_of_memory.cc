@@ -33,20 +33,6 @@ double SumValues(const std::vector<SeriesValue>& v) {
   return s;
 }
 
-Evidence Ev(std::string signal, std::string_view collector, std::string subject, double observed, double expected,
-            std::string unit, std::string note, TimeWindow w) {
-  Evidence e;
-  e.signal = std::move(signal);
-  e.collector = std::string(collector);
-  e.subject = std::move(subject);
-  e.observed = observed;
-  e.expected = expected;
-  e.unit = std::move(unit);
-  e.note = std::move(note);
-  e.window = w;
-  return e;
-}
-
 }  // namespace
 
 std::vector<Finding> DetectOutOfMemory(const DetectInput& in) {
@@ -97,15 +83,15 @@ std::vector<Finding> DetectOutOfMemory(const DetectInput& in) {
     }
     f.window.start = std::min(f.window.start, t);
     f.window.end = std::max(f.window.end, t);
-    const RankRef ref{p->rank, p->local_rank, p->node, p->pid};
+    const RankRef ref = p->Ref();
     if (std::find(f.subjects.ranks.begin(), f.subjects.ranks.end(), ref) != f.subjects.ranks.end()) continue;
     f.subjects.ranks.push_back(ref);
-    f.subjects.gpus.push_back({p->node, p->gpu, p->gpu_uuid});
+    f.subjects.gpus.push_back(p->Gpu());
     if (std::find(f.subjects.nodes.begin(), f.subjects.nodes.end(), p->node) == f.subjects.nodes.end()) {
       f.subjects.nodes.push_back(p->node);
     }
     const TimeWindow w{t - kOomLookbackNs, t};
-    f.evidence.push_back(Ev("error{name=\"cuda_oom\"}", kCollectorJoblog, fmt::format("rank {}", p->rank), tried, free,
+    f.evidence.push_back(MakeEvidence("error{name=\"cuda_oom\"}", kCollectorJoblog, fmt::format("rank {}", p->rank), tried, free,
                             "bytes",
                             std::isfinite(tried)
                                 ? fmt::format("rank {} printed CUDA out of memory: tried to allocate {:.0f} MiB{}",
@@ -115,14 +101,14 @@ std::vector<Finding> DetectOutOfMemory(const DetectInput& in) {
                                 : fmt::format("rank {} printed CUDA out of memory", p->rank),
                             {t, t}));
     if (full) {
-      f.evidence.push_back(Ev("ithbat_gpu_memory_used_bytes", kCollectorGpu, gpu_name, 100 * share,
+      f.evidence.push_back(MakeEvidence("ithbat_gpu_memory_used_bytes", kCollectorGpu, gpu_name, 100 * share,
                               100 * kOomMemoryShare, "% of total",
                               fmt::format("GPU {} was {:.0f}% full in the {:.0f} s before", gpu_name, 100 * share,
                                           kOomLookbackNs / 1e9),
                               w));
     }
     if (stopped) {
-      f.evidence.push_back(Ev("ithbat_probe_launches_total", kCollectorProbes, fmt::format("rank {}", p->rank), 0, 0,
+      f.evidence.push_back(MakeEvidence("ithbat_probe_launches_total", kCollectorProbes, fmt::format("rank {}", p->rank), 0, 0,
                               "launches",
                               fmt::format("rank {} launched no kernel from {:.0f} s after the error on: it stopped",
                                           p->rank, kOomStopNs / 1e9),

@@ -17,50 +17,6 @@ namespace {
 
 using Samples = std::vector<store::Sample>;
 
-// A label's integer value, or -1.
-int32_t ToInt(const std::string& s) {
-  int32_t v = -1;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  return ec == std::errc() && p == s.data() + s.size() ? v : -1;
-}
-
-Evidence Ev(std::string signal, std::string_view collector, std::string subject, double observed, double expected,
-            std::string unit, std::string note, TimeWindow w) {
-  Evidence e;
-  e.signal = std::move(signal);
-  e.collector = std::string(collector);
-  e.subject = std::move(subject);
-  e.observed = observed;
-  e.expected = expected;
-  e.unit = std::move(unit);
-  e.note = std::move(note);
-  e.window = w;
-  return e;
-}
-
-// The value at t: the last sample at or before t (nullopt before the first).
-std::optional<double> ValueAt(const Samples& s, TimeNs t) {
-  std::optional<double> v;
-  for (const auto& x : s) {
-    if (x.t > t) break;
-    v = x.v;
-  }
-  return v;
-}
-
-// A counter's increase over (a, b] from its samples; resets count the new value.
-double Growth(const Samples& s, TimeNs a, TimeNs b) {
-  double total = 0;
-  std::optional<double> prev = ValueAt(s, a);
-  for (const auto& x : s) {
-    if (x.t <= a) continue;
-    if (x.t > b) break;
-    if (prev) total += x.v >= *prev ? x.v - *prev : x.v;
-    prev = x.v;
-  }
-  return total;
-}
-
 // "00000000:18:00.0" (NVML) and "0000:18:00.0" (sysfs) name the same function: compare bus,
 // device and function only.
 std::string BusKey(std::string id) {
@@ -92,16 +48,16 @@ std::optional<Fault> Rising(const Samples& s, double min, double factor) {
   for (const auto& x : s) {
     if (x.t - first < kNetMinHistory + kNetWindow) continue;
     const TimeNs a = x.t - kNetWindow;
-    const double in = Growth(s, a, x.t);
+    const double in = CounterGrowth(s, a, x.t);
     if (in < min) continue;
-    const double before = Growth(s, first, a) / (static_cast<double>(a - first) / 1e9);
+    const double before = CounterGrowth(s, first, a) / (static_cast<double>(a - first) / 1e9);
     const double rate = in / (static_cast<double>(kNetWindow) / 1e9);
     if (rate < factor * before) continue;
     Fault f;
     f.seen = x.t;
     f.observed = rate;
     f.expected = before;
-    std::optional<double> prev = ValueAt(s, a);
+    std::optional<double> prev = SampleAt(s, a);
     for (const auto& y : s) {
       if (y.t <= a) continue;
       if (prev && y.v > *prev) {
@@ -128,10 +84,10 @@ std::optional<Fault> LinkFault(const Port& p) {
   }
   if (!p.downed.empty()) {
     for (const auto& x : p.downed) {
-      if (Growth(p.downed, p.downed.front().t, x.t) > 0) {
+      if (CounterGrowth(p.downed, p.downed.front().t, x.t) > 0) {
         Fault f;
         f.onset = f.seen = x.t;
-        f.observed = Growth(p.downed, p.downed.front().t, p.downed.back().t);
+        f.observed = CounterGrowth(p.downed, p.downed.front().t, p.downed.back().t);
         f.what = fmt::format("link went down {:.0f} time(s)", f.observed);
         f.unit = "link downs";
         keep(f);
@@ -184,12 +140,12 @@ Slowdown RankSlowdown(const Samples& steps, TimeNs onset, TimeNs now) {
     }
   }
   if (begin == 0 || onset - begin < kMinRateSpan || steps.back().t - onset < kMinRateSpan) return s;
-  s.before = Growth(steps, begin, onset) / (static_cast<double>(onset - begin) / 1e9);
+  s.before = CounterGrowth(steps, begin, onset) / (static_cast<double>(onset - begin) / 1e9);
   const TimeNs end = std::min(now, steps.back().t);
-  s.after = Growth(steps, onset, end) / (static_cast<double>(end - onset) / 1e9);
+  s.after = CounterGrowth(steps, onset, end) / (static_cast<double>(end - onset) / 1e9);
   for (const auto& x : steps) {
     if (x.t - onset < kMinRateSpan) continue;
-    const double a = Growth(steps, onset, x.t) / (static_cast<double>(x.t - onset) / 1e9);
+    const double a = CounterGrowth(steps, onset, x.t) / (static_cast<double>(x.t - onset) / 1e9);
     if (a > 0 && s.before >= kCollectiveSlowdownFactor * a) {
       s.evident = x.t;
       break;
@@ -279,7 +235,7 @@ class Fabric {
     for (const auto& node : job.Nodes()) {
       for (auto& [v, s] : in_.view.Samples(
                node, fmt::format("ithbat_probe_steps_total{{pid=~\"{}\"}}", job.PidRegex(node)), in_.from, in_.now)) {
-        const int32_t pid = ToInt(Label(v.labels, "pid"));
+        const int32_t pid = ParseInt(Label(v.labels, "pid"));
         if (pid < 0) continue;
         out[{node, pid}] = std::move(s);
       }
@@ -326,8 +282,8 @@ class Fabric {
     std::set<std::string> nodes;
     for (const auto* p : b.procs) {
       nodes.insert(p->node);
-      s.ranks.push_back(RankRef{p->rank, p->local_rank, p->node, p->pid});
-      if (p->gpu >= 0) s.gpus.push_back(GpuRef{p->node, p->gpu, p->gpu_uuid});
+      s.ranks.push_back(p->Ref());
+      if (p->gpu >= 0) s.gpus.push_back(p->Gpu());
     }
     s.nodes.assign(nodes.begin(), nodes.end());
     return s;
@@ -357,10 +313,10 @@ class Fabric {
       f.subjects.resource = port.Name();
       f.window = {fault->onset, in_.now};
       f.provable_at = std::max(fault->seen, b.evident);
-      f.evidence.push_back(Ev("ithbat_ib_symbol_errors_total/link_downed/port_state/rate", kCollectorNode,
+      f.evidence.push_back(MakeEvidence("ithbat_ib_symbol_errors_total/link_downed/port_state/rate", kCollectorNode,
                               port.Name() + " port " + port.port, fault->observed, fault->expected, fault->unit,
                               fmt::format("{}: {}", port.Name(), fault->what), {fault->onset, fault->seen}));
-      f.evidence.push_back(Ev("ithbat_probe_steps_total", kCollectorProbes, "job " + job.id, b.after, b.before,
+      f.evidence.push_back(MakeEvidence("ithbat_probe_steps_total", kCollectorProbes, "job " + job.id, b.after, b.before,
                               "steps/s",
                               fmt::format("all {} rank(s) whose GPUs use {} slowed from {:.2f} to {:.2f} steps/s "
                                           "(median)",
@@ -406,8 +362,8 @@ class Fabric {
       for (const auto& k : theirs) {
         const Samples& tx = ports_.at(k).tx_bytes;
         if (tx.empty() || onset - tx.front().t < kMinRateSpan) continue;
-        before += Growth(tx, tx.front().t, onset) / (static_cast<double>(onset - tx.front().t) / 1e9);
-        after += Growth(tx, onset, in_.now) / (static_cast<double>(in_.now - onset) / 1e9);
+        before += CounterGrowth(tx, tx.front().t, onset) / (static_cast<double>(onset - tx.front().t) / 1e9);
+        after += CounterGrowth(tx, onset, in_.now) / (static_cast<double>(in_.now - onset) / 1e9);
       }
       if (after > 0 && after >= kForeignTrafficFactor * before) others.push_back(other.id);
     }
@@ -425,10 +381,10 @@ class Fabric {
         auto it = steps.find({p->node, p->pid});
         if (!behind || it == steps.end() || it->second.empty() || tx.empty()) continue;
         const TimeNs begin = std::max(tx.front().t, it->second.front().t);
-        const double sb = Growth(it->second, begin, onset), sa = Growth(it->second, onset, in_.now);
+        const double sb = CounterGrowth(it->second, begin, onset), sa = CounterGrowth(it->second, onset, in_.now);
         if (sb <= 0 || sa <= 0) continue;
-        per_before += Growth(tx, begin, onset) / sb;
-        per_after += Growth(tx, onset, in_.now) / sa;
+        per_before += CounterGrowth(tx, begin, onset) / sb;
+        per_after += CounterGrowth(tx, onset, in_.now) / sa;
         break;  // one rank's steps pace the port's bytes
       }
     }
@@ -442,14 +398,14 @@ class Fabric {
     f.subjects.resource = others.size() == 1 ? others.front() : fmt::format("fabric via {}", fmt::join(names, ","));
     f.window = {onset, in_.now};
     f.provable_at = std::max(seen, b.evident);
-    f.evidence.push_back(Ev("ithbat_ib_transmit_wait_total", kCollectorNode, fmt::format("{}", fmt::join(names, ",")),
+    f.evidence.push_back(MakeEvidence("ithbat_ib_transmit_wait_total", kCollectorNode, fmt::format("{}", fmt::join(names, ",")),
                             observed, expected, "ticks/s",
                             fmt::format("port_xmit_wait on {} rose to {:.0f}/s from {:.0f}/s; the links are clean (no "
                                         "error rise, never down, full rate)",
                                         fmt::join(names, ","), observed, expected),
                             {onset, seen}));
     if (per_before > 0) {
-      f.evidence.push_back(Ev("ithbat_ib_transmit_bytes_total per step", kCollectorNode,
+      f.evidence.push_back(MakeEvidence("ithbat_ib_transmit_bytes_total per step", kCollectorNode,
                               fmt::format("{}", fmt::join(names, ",")), per_after, per_before, "bytes/step",
                               foreign ? fmt::format("the ports sent {:.2f}x the bytes per job step they sent before: "
                                                     "someone else's traffic shares them",
@@ -457,7 +413,7 @@ class Fabric {
                                       : "the ports' bytes per job step did not grow: no foreign traffic seen on them",
                               f.window));
     }
-    f.evidence.push_back(Ev("ithbat_probe_steps_total", kCollectorProbes, "job " + job.id, b.after, b.before, "steps/s",
+    f.evidence.push_back(MakeEvidence("ithbat_probe_steps_total", kCollectorProbes, "job " + job.id, b.after, b.before, "steps/s",
                             fmt::format("all {} rank(s) behind the waiting ports slowed from {:.2f} to {:.2f} steps/s "
                                         "(median)",
                                         b.judged, b.before, b.after),

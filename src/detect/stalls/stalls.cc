@@ -21,12 +21,6 @@ using Samples = std::vector<store::Sample>;
 constexpr TimeNs kBucket = kNsPerSec / 2;
 TimeNs BucketOf(TimeNs t) { return (t + kBucket / 2) / kBucket * kBucket; }
 
-int32_t ToInt(const std::string& s) {
-  int32_t v = -1;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  return ec == std::errc() && p == s.data() + s.size() ? v : -1;
-}
-
 // A per-process counter's growth over [a, b]: from its last sample before a, or from zero when
 // it was born at or after a (the agent registers it at the process's first event there).
 double Growth(const Samples& s, TimeNs a, TimeNs b) {
@@ -101,24 +95,10 @@ Subjects JobSubjects(const JobView& job, const std::vector<const RankProcess*>& 
   s.job = job.id;
   for (const auto& n : job.Nodes()) s.nodes.push_back(n);
   for (const auto* p : procs) {
-    s.ranks.push_back(RankRef{p->rank, p->local_rank, p->node, p->pid});
-    s.gpus.push_back(GpuRef{p->node, p->gpu, p->gpu_uuid});
+    s.ranks.push_back(p->Ref());
+    s.gpus.push_back(p->Gpu());
   }
   return s;
-}
-
-Evidence Ev(std::string signal, std::string_view collector, std::string subject, double observed, double expected,
-            std::string unit, std::string note, TimeWindow w) {
-  Evidence e;
-  e.signal = std::move(signal);
-  e.collector = std::string(collector);
-  e.subject = std::move(subject);
-  e.observed = observed;
-  e.expected = expected;
-  e.unit = std::move(unit);
-  e.note = std::move(note);
-  e.window = w;
-  return e;
 }
 
 class JobStalls {
@@ -175,12 +155,12 @@ class JobStalls {
       std::map<int32_t, std::map<TimeNs, double>> launches, on;
       for (const auto& [v, samples] : in_.view.Samples(
                node, fmt::format("ithbat_probe_launches_total{{pid=~\"{}\"}}", pids), in_.from, in_.now)) {
-        auto& m = launches[ToInt(Label(v.labels, "pid"))];
+        auto& m = launches[ParseInt(Label(v.labels, "pid"))];
         for (const auto& s : samples) m[s.t] += s.v;
       }
       for (const auto& [v, samples] : in_.view.Samples(
                node, fmt::format("ithbat_probe_launch_on_fraction{{pid=~\"{}\"}}", pids), in_.from, in_.now)) {
-        auto& m = on[ToInt(Label(v.labels, "pid"))];
+        auto& m = on[ParseInt(Label(v.labels, "pid"))];
         for (const auto& s : samples) m[s.t] = s.v;
       }
       for (const auto& [pid, series] : launches) {
@@ -411,13 +391,13 @@ class JobStalls {
     }
     const std::string n = std::to_string(procs_.size());
     if (util) {
-      f.evidence.push_back(Ev("ithbat_gpu_utilization_ratio", kCollectorGpu, "job " + job_.id, stalled, 0, "s",
+      f.evidence.push_back(MakeEvidence("ithbat_gpu_utilization_ratio", kCollectorGpu, "job " + job_.id, stalled, 0, "s",
                               fmt::format("all {} of the job's GPUs idle (<= {:.0f}% busy) for {:.1f} s over {} save(s)",
                                           n, 100 * kStallIdleUtil, stalled, saves.size()),
                               w));
     }
     if (launch) {
-      f.evidence.push_back(Ev("ithbat_probe_launches_total", kCollectorProbes, "job " + job_.id, stalled, 0, "s",
+      f.evidence.push_back(MakeEvidence("ithbat_probe_launches_total", kCollectorProbes, "job " + job_.id, stalled, 0, "s",
                               fmt::format("no kernel launched on any of the job's {} ranks (probes attached) during "
                                           "the save-time stalls",
                                           n),
@@ -425,7 +405,7 @@ class JobStalls {
     }
     double save_s = 0;
     for (const Save* s : saves) save_s += static_cast<double>(s->end - s->begin) / 1e9;
-    f.evidence.push_back(Ev(
+    f.evidence.push_back(MakeEvidence(
         "checkpoint_begin/checkpoint_end", kCollectorJoblog, "job " + job_.id, save_s / saves.size(), healthy_save_s,
         "s",
         fmt::format("the stalls line up with {} save(s) the job logged (steps {}), {:.1f} s each on average", saves.size(),
@@ -482,7 +462,7 @@ class JobStalls {
       f.window = {saves.front()->begin, saves.back()->end};
       f.provable_at = std::min(in_.now, std::max(saves.front()->end + kSaveSlack, saves.front()->stall->end + tick_));
       for (const auto& [op, o] : worst) {
-        f.evidence.push_back(Ev(fmt::format("ithbat_io_seconds_total/ithbat_io_calls_total{{op=\"{}\"}}", op),
+        f.evidence.push_back(MakeEvidence(fmt::format("ithbat_io_seconds_total/ithbat_io_calls_total{{op=\"{}\"}}", op),
                                 kCollectorSchedIo, mount, o->mean, o->base, "s/call",
                                 fmt::format("{} on {} ({}) took {:.3f} s per call in the slow save(s), {:.1f}x the "
                                             "{:.3f} s mean of the {} earlier save(s)",
@@ -554,7 +534,7 @@ class JobStalls {
     f.window = {aligned.front()->begin, aligned.back()->end};
     f.provable_at = std::min(in_.now, aligned[kMinCheckpointStalls - 1]->stall->end + tick_);
     AddStallEvidence(f, aligned, 0);
-    f.evidence.push_back(Ev("save-aligned stall share", kCollectorGpu, "job " + job_.id, share, kCheckpointStallShare,
+    f.evidence.push_back(MakeEvidence("save-aligned stall share", kCollectorGpu, "job " + job_.id, share, kCheckpointStallShare,
                             "ratio",
                             fmt::format("synchronous saves stopped training {:.0f}% of {:.0f} s of wall time; save "
                                         "latency stayed at its baseline{}",
@@ -630,19 +610,19 @@ class JobStalls {
     f.subjects = JobSubjects(job_, procs_);
     f.window = {steady, in_.now};
     f.provable_at = std::min(in_.now, last_sample);
-    f.evidence.push_back(Ev("ithbat_gpu_utilization_ratio", kCollectorGpu, "job " + job_.id, mean_util, kInputMaxUtil,
+    f.evidence.push_back(MakeEvidence("ithbat_gpu_utilization_ratio", kCollectorGpu, "job " + job_.id, mean_util, kInputMaxUtil,
                             "ratio",
                             fmt::format("the job's {} GPUs were busy {:.0f}% of steady training on average: they wait "
                                         "between steps, all alike",
                                         procs_.size(), 100 * mean_util),
                             f.window));
-    f.evidence.push_back(Ev("ithbat_sched_offcpu_seconds_total{scope=\"main\",class=\"sleep\"}", kCollectorSchedIo,
+    f.evidence.push_back(MakeEvidence("ithbat_sched_offcpu_seconds_total{scope=\"main\",class=\"sleep\"}", kCollectorSchedIo,
                             "job " + job_.id, least, kInputWaitShare, "ratio",
                             fmt::format("{} of {} ranks' main threads asleep outside CUDA >= {:.0f}% of the time "
                                         "({:.0f}%..{:.0f}%): waiting for data, not for a peer",
                                         waiting, seen, 100 * kInputWaitShare, 100 * least, 100 * most),
                             f.window));
-    f.evidence.push_back(Ev("ithbat_sched_oncpu_seconds_total{scope=\"children\"}", kCollectorSchedIo,
+    f.evidence.push_back(MakeEvidence("ithbat_sched_oncpu_seconds_total{scope=\"children\"}", kCollectorSchedIo,
                             "job " + job_.id, cores, kLoaderBusyCores, "cores/rank",
                             fmt::format("the data-loader workers ran {:.2f} cores per rank: the loader is CPU-bound",
                                         cores),

@@ -116,9 +116,6 @@ NodeData LoadNode(const FleetView& view, const JobView& job, const std::string& 
   return n;
 }
 
-RankRef RefOf(const RankProcess& p) { return RankRef{p.rank, p.local_rank, p.node, p.pid}; }
-GpuRef GpuOf(const RankProcess& p) { return GpuRef{p.node, p.gpu, p.gpu_uuid}; }
-
 // Mean of a GPU's gauge over [from, to] on its node; NaN when absent.
 double GpuMean(const FleetView& view, const RankProcess& p, const std::string& selector_tail, TimeNs from, TimeNs to,
                const std::string& metric) {
@@ -290,20 +287,6 @@ NodeVerdict Classify(const NodeData& n) {
   return v;
 }
 
-Evidence Ev(std::string signal, std::string_view collector, std::string subject, double observed, double expected,
-            std::string unit, std::string note, TimeWindow w) {
-  Evidence e;
-  e.signal = std::move(signal);
-  e.collector = std::string(collector);
-  e.subject = std::move(subject);
-  e.observed = observed;
-  e.expected = expected;
-  e.unit = std::move(unit);
-  e.note = std::move(note);
-  e.window = w;
-  return e;
-}
-
 void AddCost(Finding& f, double lag_seconds, double rank_seconds) {
   f.lost_gpu_seconds += lag_seconds;
   const double share = rank_seconds > 0 ? std::min(lag_seconds / rank_seconds, 0.9) : 0;
@@ -366,30 +349,30 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
           f.cause = Cause::kThermalPower;
           f.subjects.job = job.id;
           f.subjects.nodes = {node};
-          f.subjects.ranks = {RefOf(p)};
-          f.subjects.gpus = {GpuOf(p)};
+          f.subjects.ranks = {p.Ref()};
+          f.subjects.gpus = {p.Gpu()};
           f.window = {first_run > 0 ? first_run : from, to};
           f.provable_at = to;
           f.confidence = 0.9;
-          f.evidence.push_back(Ev("ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, fmt::format("rank {}", p.rank),
+          f.evidence.push_back(MakeEvidence("ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, fmt::format("rank {}", p.rank),
                                   100 * v.top_share, 100.0 / static_cast<double>(n.ranks.size()), "%",
                                   fmt::format("rank {} arrived last at {:.0f}% of {:.0f} aligned collectives on {} (a fair "
                                               "share is {:.0f}%)",
                                               p.rank, 100 * v.top_share, n.total_last, node, 100.0 / n.ranks.size()),
                                   w));
-          f.evidence.push_back(Ev("ithbat_gpu_clock_hertz{clock=\"sm\"}", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
+          f.evidence.push_back(MakeEvidence("ithbat_gpu_clock_hertz{clock=\"sm\"}", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
                                   clock / 1e6, peer / 1e6, "MHz",
                                   fmt::format("its GPU's SM clock averaged {:.0f} MHz, {:.0f}% of the job's other GPUs' "
                                               "median {:.0f} MHz",
                                               clock / 1e6, 100 * ratio, peer / 1e6),
                                   w));
-          f.evidence.push_back(Ev("ithbat_gpu_clock_event_active", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
+          f.evidence.push_back(MakeEvidence("ithbat_gpu_clock_event_active", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
                                   100 * thermal_share, 0, "% of samples",
                                   fmt::format("a thermal or power-brake slowdown held its clock down in {:.0f}% of the "
                                               "samples",
                                               100 * thermal_share),
                                   w));
-          f.evidence.push_back(Ev("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, node, 100 * v.wait_share,
+          f.evidence.push_back(MakeEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, node, 100 * v.wait_share,
                                   0, "% of rank time", wait_note, w));
           f.summary = fmt::format("GPU {}:{} (rank {}) runs at {:.0f}% of its peers' SM clock under a thermal/power "
                                   "slowdown and is the last arrival at {:.0f}% of collectives: the job waits for it",
@@ -422,22 +405,22 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
         }
         host.subjects.nodes.push_back(node);
         for (const RankProcess* p : st.ranks) {
-          host.subjects.ranks.push_back(RefOf(*p));
-          host.subjects.gpus.push_back(GpuOf(*p));
+          host.subjects.ranks.push_back(p->Ref());
+          host.subjects.gpus.push_back(p->Gpu());
         }
         host.window.start = std::min(host.window.start, st.first);
-        host.evidence.push_back(Ev("ithbat_gpu_utilization_ratio", kCollectorGpu, node, st.samples, 0, "samples",
+        host.evidence.push_back(MakeEvidence("ithbat_gpu_utilization_ratio", kCollectorGpu, node, st.samples, 0, "samples",
                                    fmt::format("{}: {} samples of a GPU at most {:.0f}% busy while its node peers' median "
                                                "was at least {:.0f}% ({} rank(s))",
                                                node, st.samples, 100 * kStarvedUtil, 100 * kPeerBusyUtil, st.ranks.size()),
                                    w));
-        host.evidence.push_back(Ev("ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, node, st.followed_by_last,
+        host.evidence.push_back(MakeEvidence("ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, node, st.followed_by_last,
                                    st.samples, "samples",
                                    fmt::format("{}: the starved rank then arrived last at a collective within {:.0f} s in "
                                                "{} of {} samples",
                                                node, kStarvedLateWindowNs / 1e9, st.followed_by_last, st.samples),
                                    w));
-        host.evidence.push_back(Ev("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, node,
+        host.evidence.push_back(MakeEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, node,
                                    100 * v.wait_share, 0, "% of rank time", wait_note, w));
         host_lag += n.lag;
         host_rank_seconds += n.rank_seconds;
@@ -461,26 +444,26 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
       for (const auto& node : job.Nodes()) imbalance.subjects.nodes.push_back(node);
       for (const auto& c : roaming) {
         shown_on.push_back(c.node);
-        imbalance.evidence.push_back(Ev("ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, c.node,
+        imbalance.evidence.push_back(MakeEvidence("ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, c.node,
                                         c.verdict.spread, static_cast<double>(c.ranks), "ranks",
                                         fmt::format("{}: the last arrival rotates — {} of {} ranks were last at least half "
                                                     "a fair share; the most frequent {:.0f}% of {:.0f}",
                                                     c.node, c.verdict.spread, c.ranks, 100 * c.verdict.top_share,
                                                     c.total_last),
                                         w));
-        imbalance.evidence.push_back(Ev("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, c.node,
+        imbalance.evidence.push_back(MakeEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, c.node,
                                         100 * c.verdict.wait_share, 0, "% of rank time",
                                         fmt::format("{}: the ranks waited {:.1f}% of their time for the last local rank "
                                                     "({:.1f} s over {:.0f} rank-seconds)",
                                                     c.node, 100 * c.verdict.wait_share, c.lag, c.rank_seconds),
                                         w));
-        imbalance.evidence.push_back(Ev("ithbat_gpu_utilization_ratio", kCollectorGpu, c.node, c.mean_util, kStarvedUtil,
+        imbalance.evidence.push_back(MakeEvidence("ithbat_gpu_utilization_ratio", kCollectorGpu, c.node, c.mean_util, kStarvedUtil,
                                         "ratio",
                                         fmt::format("{}: its GPUs were busy (mean utilisation {:.0f}%), not starved of "
                                                     "launches while peers waited ({} starved samples)",
                                                     c.node, 100 * c.mean_util, c.starved),
                                         w));
-        imbalance.evidence.push_back(Ev("ithbat_probe_grid_blocks_total", kCollectorProbes, c.node, c.work.correlation,
+        imbalance.evidence.push_back(MakeEvidence("ithbat_probe_grid_blocks_total", kCollectorProbes, c.node, c.work.correlation,
                                         kWorkLagCorrelation, "correlation",
                                         fmt::format("{}: a rank's lateness follows its work — correlation {:.2f} between "
                                                     "the thread blocks it launched and how late it arrived ({} rank-ticks)",
