@@ -332,17 +332,28 @@ std::string ResultJson(const LabResult& r) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + lines;
 }
 
-int DumpSeries(const std::string& world_dir, const std::string& selector, std::FILE* out) {
+namespace {
+
+// The stores of a finished run, or nullopt after saying why on stderr.
+std::optional<Evidence> OpenFinishedRun(const std::string& world_dir) {
   auto world = ReadWorld(world_dir + "/world.json");
   if (!world) {
     fmt::print(stderr, "ithbat-lab: {}\n", world.error().message);
-    return 1;
+    return std::nullopt;
   }
   auto evidence = Evidence::Open(*world);
   if (!evidence) {
     fmt::print(stderr, "ithbat-lab: {}\n", evidence.error().message);
-    return 1;
+    return std::nullopt;
   }
+  return std::move(*evidence);
+}
+
+}  // namespace
+
+int DumpSeries(const std::string& world_dir, const std::string& selector, std::FILE* out) {
+  auto evidence = OpenFinishedRun(world_dir);
+  if (!evidence) return 1;
   for (const auto& [v, samples] : evidence->Samples("", selector, kMinTime, kMaxTime)) {
     fmt::print(out, "{} {} samples={}", v.node, v.labels.ToString(), samples.size());
     if (!samples.empty()) fmt::print(out, " first={:g} last={:g}", samples.front().v, samples.back().v);
@@ -352,16 +363,8 @@ int DumpSeries(const std::string& world_dir, const std::string& selector, std::F
 }
 
 int PrintBreakdowns(const std::string& world_dir, std::FILE* out) {
-  auto world = ReadWorld(world_dir + "/world.json");
-  if (!world) {
-    fmt::print(stderr, "ithbat-lab: {}\n", world.error().message);
-    return 1;
-  }
-  auto evidence = Evidence::Open(*world);
-  if (!evidence) {
-    fmt::print(stderr, "ithbat-lab: {}\n", evidence.error().message);
-    return 1;
-  }
+  auto evidence = OpenFinishedRun(world_dir);
+  if (!evidence) return 1;
   for (const auto& job : detect::DiscoverJobs(*evidence, kMinTime, kMaxTime)) {
     fmt::print(out, "job {} ({} processes on {} node(s))\n{}", job.id, job.processes.size(), job.Nodes().size(),
                detect::FormatBreakdown(detect::StepBreakdown(*evidence, job, job.window.start, job.window.end)));

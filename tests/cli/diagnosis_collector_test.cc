@@ -26,7 +26,6 @@ using ::testing::UnorderedElementsAre;
 using testutil::kS;
 using testutil::kT0;
 
-constexpr int kRanks = 4;
 constexpr int kTicks = 60;
 constexpr TimeNs kEnd = kT0 + (kTicks - 1) * kS;
 
@@ -41,52 +40,6 @@ std::map<std::string, double> Latest(const store::Store& s, const std::string& m
     if (latest) out[info.labels.ToString()] = latest->v;
   }
   return out;
-}
-
-// A rotating straggler with extra work on the late rank (data_imbalance), as in
-// tests/investigate/node_diagnoser_test.cc.
-void RotatingStraggler(testutil::SyntheticFleet& f, const std::string& node) {
-  for (int r = 0; r < kRanks; ++r) {
-    std::vector<double> last(kTicks), lag(kTicks), aligned(kTicks), grid(kTicks), launches(kTicks),
-        util(kTicks), clock(kTicks), thermal(kTicks);
-    double l = 0, g = 0, lg = 0;
-    for (int t = 0; t < kTicks; ++t) {
-      const bool is_last = t % kRanks == r;
-      l += is_last ? 1 : 0;
-      lg += is_last ? 0.4 : 0;
-      g += is_last ? 1500 : 1000;
-      last[t] = l;
-      lag[t] = lg;
-      aligned[t] = t + 1;
-      grid[t] = g;
-      launches[t] = 100.0 * (t + 1);
-      util[t] = 0.8;
-      clock[t] = 1980e6;
-      thermal[t] = 0;
-    }
-    testutil::Labels lab = {{"job_id", "77"},
-                            {"rank", std::to_string(r)},
-                            {"local_rank", std::to_string(r)},
-                            {"world_size", "4"},
-                            {"pid", std::to_string(100 + r)},
-                            {"gpu", std::to_string(r)},
-                            {"gpu_uuid", "GPU-" + std::to_string(r)}};
-    f.Series(node, "ithbat_probe_nccl_last_arrivals_total", MetricType::kCounter, lab, last);
-    f.Series(node, "ithbat_probe_nccl_arrival_lag_seconds_total", MetricType::kCounter, lab, lag);
-    f.Series(node, "ithbat_probe_nccl_aligned_total", MetricType::kCounter, lab, aligned);
-    f.Series(node, "ithbat_probe_grid_blocks_total", MetricType::kCounter, lab, grid);
-    auto launch_labels = lab;
-    launch_labels.emplace_back("api", "cuLaunchKernel");
-    f.Series(node, "ithbat_probe_launches_total", MetricType::kCounter, launch_labels, launches);
-    testutil::Labels gpu = {{"gpu", std::to_string(r)}, {"gpu_uuid", "GPU-" + std::to_string(r)}};
-    f.Series(node, "ithbat_gpu_utilization_ratio", MetricType::kGauge, gpu, util);
-    auto sm = gpu;
-    sm.emplace_back("clock", "sm");
-    f.Series(node, "ithbat_gpu_clock_hertz", MetricType::kGauge, sm, clock);
-    auto ev = gpu;
-    ev.emplace_back("reason", "hw_thermal_slowdown");
-    f.Series(node, "ithbat_gpu_clock_event_active", MetricType::kGauge, ev, thermal);
-  }
 }
 
 TEST(DiagnosisCollector, DescribesValidMetrics) {
@@ -106,7 +59,7 @@ TEST(DiagnosisCollector, DescribesValidMetrics) {
 
 TEST(DiagnosisCollector, ActiveGaugeFollowsTheIncident) {
   testutil::SyntheticFleet f;
-  RotatingStraggler(f, "n1");
+  f.RotatingStraggler("n1", kTicks);
   store::Store& st = f.Node("n1");
   investigate::NodeDiagnoserOptions o;
   o.lookback = 60 * kS;

@@ -20,65 +20,13 @@ using testutil::kS;
 using testutil::kT0;
 using testutil::SyntheticFleet;
 
-constexpr int kRanks = 4;
 constexpr int kTicks = 60;
-
-testutil::Labels RankLabels(int r) {
-  return {{"job_id", "77"},
-          {"rank", std::to_string(r)},
-          {"local_rank", std::to_string(r)},
-          {"world_size", "4"},
-          {"pid", std::to_string(100 + r)},
-          {"gpu", std::to_string(r)},
-          {"gpu_uuid", "GPU-" + std::to_string(r)}};
-}
-
-// A rotating straggler whose lateness follows its extra work (the stragglers detector's
-// data_imbalance shape, tests/detect/stragglers_test.cc): rank t % 4 arrives last in tick t and
-// launches 1.5× the thread blocks; the others wait 0.4 s per tick. Ticks [0, ticks).
-void RotatingStraggler(SyntheticFleet& f, const std::string& node, int ticks = kTicks) {
-  for (int r = 0; r < kRanks; ++r) {
-    std::vector<double> last(ticks), lag(ticks), aligned(ticks), grid(ticks), launches(ticks), util(ticks),
-        clock(ticks), thermal(ticks);
-    double l = 0, g = 0, lg = 0;
-    for (int t = 0; t < ticks; ++t) {
-      const bool is_last = t % kRanks == r;
-      l += is_last ? 1 : 0;
-      lg += is_last ? 0.4 : 0;
-      g += is_last ? 1500 : 1000;
-      last[t] = l;
-      lag[t] = lg;
-      aligned[t] = t + 1;
-      grid[t] = g;
-      launches[t] = 100.0 * (t + 1);
-      util[t] = 0.8;
-      clock[t] = 1980e6;
-      thermal[t] = 0;
-    }
-    auto lab = RankLabels(r);
-    f.Series(node, "ithbat_probe_nccl_last_arrivals_total", MetricType::kCounter, lab, last);
-    f.Series(node, "ithbat_probe_nccl_arrival_lag_seconds_total", MetricType::kCounter, lab, lag);
-    f.Series(node, "ithbat_probe_nccl_aligned_total", MetricType::kCounter, lab, aligned);
-    f.Series(node, "ithbat_probe_grid_blocks_total", MetricType::kCounter, lab, grid);
-    auto launch_labels = lab;
-    launch_labels.emplace_back("api", "cuLaunchKernel");
-    f.Series(node, "ithbat_probe_launches_total", MetricType::kCounter, launch_labels, launches);
-    testutil::Labels gpu = {{"gpu", std::to_string(r)}, {"gpu_uuid", "GPU-" + std::to_string(r)}};
-    f.Series(node, "ithbat_gpu_utilization_ratio", MetricType::kGauge, gpu, util);
-    auto sm = gpu;
-    sm.emplace_back("clock", "sm");
-    f.Series(node, "ithbat_gpu_clock_hertz", MetricType::kGauge, sm, clock);
-    auto ev = gpu;
-    ev.emplace_back("reason", "hw_thermal_slowdown");
-    f.Series(node, "ithbat_gpu_clock_event_active", MetricType::kGauge, ev, thermal);
-  }
-}
 
 constexpr TimeNs kEnd = kT0 + (kTicks - 1) * kS;
 
 TEST(NodeDiagnoser, RotatingStragglerIsDataImbalanceAndKeepsItsId) {
   SyntheticFleet f;
-  RotatingStraggler(f, "n1");
+  f.RotatingStraggler("n1", kTicks);
   NodeDiagnoser nd;
   EXPECT_TRUE(nd.Current().empty());
   ASSERT_TRUE(nd.Round(f.Node("n1"), "n1", kEnd).has_value());
@@ -106,7 +54,7 @@ TEST(NodeDiagnoser, RotatingStragglerIsDataImbalanceAndKeepsItsId) {
 
 TEST(NodeDiagnoser, TheNodeNameIsTheOneGiven) {
   SyntheticFleet f;
-  RotatingStraggler(f, "store-key");
+  f.RotatingStraggler("store-key", kTicks);
   NodeDiagnoser nd;
   ASSERT_TRUE(nd.Round(f.Node("store-key"), "gpu-node-7", kEnd).has_value());
   auto ds = nd.Current();
@@ -125,7 +73,7 @@ TEST(NodeDiagnoser, AnEmptyStoreGivesNone) {
 TEST(NodeDiagnoser, OnlyTheLookbackIsRead) {
   // The straggler ended an hour before `now`: a 15-minute lookback no longer sees it.
   SyntheticFleet f;
-  RotatingStraggler(f, "n1");
+  f.RotatingStraggler("n1", kTicks);
   NodeDiagnoser nd;
   ASSERT_TRUE(nd.Round(f.Node("n1"), "n1", kEnd + 3600 * kS).has_value());
   EXPECT_TRUE(nd.Current().empty());
@@ -133,7 +81,7 @@ TEST(NodeDiagnoser, OnlyTheLookbackIsRead) {
 
 TEST(NodeDiagnoser, AResolvedIncidentIsReportedResolvedThenForgotten) {
   SyntheticFleet f;
-  RotatingStraggler(f, "n1");
+  f.RotatingStraggler("n1", kTicks);
   NodeDiagnoserOptions o;
   o.lookback = 60 * kS;
   o.investigate.resolve_after = 120 * kS;
@@ -154,7 +102,7 @@ TEST(NodeDiagnoser, AResolvedIncidentIsReportedResolvedThenForgotten) {
 
 TEST(NodeDiagnoser, CurrentIsSafeWhileRoundsRun) {
   SyntheticFleet f;
-  RotatingStraggler(f, "n1");
+  f.RotatingStraggler("n1", kTicks);
   NodeDiagnoser nd;
   std::atomic<bool> done{false};
   std::atomic<size_t> reads{0};

@@ -64,6 +64,51 @@ class SyntheticFleet {
   void Step(const std::string& node, const std::string& job, int32_t rank, int64_t step, TimeNs start, TimeNs end) {
     ASSERT_TRUE(Node(node).RecordStep(job, rank, StepSpan{step, start, end}).has_value());
   }
+  // A job ("77", 4 ranks, pids 100-103 on GPUs 0-3 of `node`) whose slowest rank rotates and
+  // whose lateness follows its work — the stragglers detector's data_imbalance shape: rank t % 4
+  // arrives last in tick t, 0.4 s behind, having launched 1.5× the thread blocks. Ticks
+  // [0, ticks) from kT0, GPUs 0.8 busy at a steady clock with no thermal event.
+  void RotatingStraggler(const std::string& node, int ticks) {
+    constexpr int kRanks = 4;
+    for (int r = 0; r < kRanks; ++r) {
+      std::vector<double> last(ticks), lag(ticks), aligned(ticks), grid(ticks), launches(ticks), util(ticks, 0.8),
+          clock(ticks, 1980e6), thermal(ticks, 0);
+      double l = 0, g = 0, lg = 0;
+      for (int t = 0; t < ticks; ++t) {
+        const bool is_last = t % kRanks == r;
+        l += is_last ? 1 : 0;
+        lg += is_last ? 0.4 : 0;
+        g += is_last ? 1500 : 1000;
+        last[t] = l;
+        lag[t] = lg;
+        aligned[t] = t + 1;
+        grid[t] = g;
+        launches[t] = 100.0 * (t + 1);
+      }
+      Labels lab = {{"job_id", "77"},
+                    {"rank", std::to_string(r)},
+                    {"local_rank", std::to_string(r)},
+                    {"world_size", "4"},
+                    {"pid", std::to_string(100 + r)},
+                    {"gpu", std::to_string(r)},
+                    {"gpu_uuid", "GPU-" + std::to_string(r)}};
+      Series(node, "ithbat_probe_nccl_last_arrivals_total", MetricType::kCounter, lab, last);
+      Series(node, "ithbat_probe_nccl_arrival_lag_seconds_total", MetricType::kCounter, lab, lag);
+      Series(node, "ithbat_probe_nccl_aligned_total", MetricType::kCounter, lab, aligned);
+      Series(node, "ithbat_probe_grid_blocks_total", MetricType::kCounter, lab, grid);
+      auto launch_labels = lab;
+      launch_labels.emplace_back("api", "cuLaunchKernel");
+      Series(node, "ithbat_probe_launches_total", MetricType::kCounter, launch_labels, launches);
+      Labels gpu = {{"gpu", std::to_string(r)}, {"gpu_uuid", "GPU-" + std::to_string(r)}};
+      Series(node, "ithbat_gpu_utilization_ratio", MetricType::kGauge, gpu, util);
+      auto sm = gpu;
+      sm.emplace_back("clock", "sm");
+      Series(node, "ithbat_gpu_clock_hertz", MetricType::kGauge, sm, clock);
+      auto ev = gpu;
+      ev.emplace_back("reason", "hw_thermal_slowdown");
+      Series(node, "ithbat_gpu_clock_event_active", MetricType::kGauge, ev, thermal);
+    }
+  }
   std::map<std::string, std::unique_ptr<store::Store>> TakeStores() { return std::move(stores_); }
   detect::FleetView TakeView() { return detect::FleetView::Owning(TakeStores()); }
 
