@@ -169,6 +169,20 @@ DiagnosisCheck CheckDiagnoses(const World& world, const Evidence& evidence, cons
     // The first instant each expectation had a matching diagnosis. A provisional expectation is
     // met first by a provisional diagnosis of its job's divergence: before the rerun, a recipe
     // suspected is the right first answer even where the confirmed cause is another.
+    auto hits = [&](const std::vector<Diagnosis>& ds, const scenario::ExpectedFinding& f) {
+      for (const auto& d : ds) {
+        bool hit = MatchDiagnosis(world, jobs, d, f).empty();
+        if (!hit && f.provisional && d.provisional && d.cause == Cause::kRecipeNumerics) {
+          scenario::ExpectedFinding as_recipe = f;
+          as_recipe.verdict = scenario::Verdict::kJob;
+          as_recipe.cause = scenario::Cause::kRecipeNumerics;
+          as_recipe.gpus.clear();
+          hit = MatchDiagnosis(world, jobs, d, as_recipe).empty();
+        }
+        if (hit) return true;
+      }
+      return false;
+    };
     for (TimeNs t = world.started + kReplayStepNs; t < end; t += kReplayStepNs) {
       bool pending = false;
       for (const auto& e : c.expected) pending |= !e.first_verdict.has_value();
@@ -176,22 +190,16 @@ DiagnosisCheck CheckDiagnoses(const World& world, const Evidence& evidence, cons
       auto ds = EngineAsOf(evidence, world.started, t);
       ++c.replays;
       for (size_t k = 0; k < expect.findings.size(); ++k) {
-        if (c.expected[k].first_verdict) continue;
-        const auto& f = expect.findings[k];
-        for (const auto& d : ds) {
-          bool hit = MatchDiagnosis(world, jobs, d, f).empty();
-          if (!hit && f.provisional && d.provisional && d.cause == Cause::kRecipeNumerics) {
-            scenario::ExpectedFinding as_recipe = f;
-            as_recipe.verdict = scenario::Verdict::kJob;
-            as_recipe.cause = scenario::Cause::kRecipeNumerics;
-            as_recipe.gpus.clear();
-            hit = MatchDiagnosis(world, jobs, d, as_recipe).empty();
-          }
-          if (hit) {
-            c.expected[k].first_verdict = t;
-            break;
-          }
+        if (c.expected[k].first_verdict || !hits(ds, expect.findings[k])) continue;
+        // Hit at t, not at t - kReplayStepNs: narrow down when it first became provable (in
+        // compressed worlds a 2 s stride is a dozen steps).
+        TimeNs miss = t - kReplayStepNs, hit = t;
+        while (hit - miss > kReplayResolutionNs) {
+          const TimeNs mid = miss + (hit - miss) / 2;
+          ++c.replays;
+          (hits(EngineAsOf(evidence, world.started, mid), expect.findings[k]) ? hit : miss) = mid;
         }
+        c.expected[k].first_verdict = hit;
       }
     }
     for (size_t k = 0; k < expect.findings.size(); ++k) {

@@ -20,6 +20,8 @@ namespace ithbat::sim::lab {
 
 // The replay's step: the engine is run as of every this many seconds of the world.
 inline constexpr TimeNs kReplayStepNs = 2 * kNsPerSec;
+// A first hit between two replays is narrowed down by bisection to this resolution.
+inline constexpr TimeNs kReplayResolutionNs = 50 * kNsPerMs;
 
 struct ExpectedDiagnosis {
   std::string expected;               // "job: data_imbalance (job ft-7b-arabic)"
