@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cmath>
 #include <charconv>
 #include <cstdlib>
 
@@ -120,6 +121,15 @@ void AddAgentFlags(CLI::App& cmd, AgentFlags& f) {
   cmd.add_option("--diagnose-interval", f.diagnose_interval,
                  "How often the diagnosis engine runs over this node's store (/api/v1/diagnoses, "
                  "ithbat_diagnosis_* metrics); 0 = off")
+      ->capture_default_str();
+  cmd.add_option("--diagnose-lookback", f.diagnose_lookback,
+                 "How far back each diagnosis round looks (at least the longest detector window, 10 min)")
+      ->capture_default_str();
+  cmd.add_option("--diagnose-resolve-after", f.diagnose_resolve_after,
+                 "A diagnosis no finding supports for this long is resolved")
+      ->capture_default_str();
+  cmd.add_option("--list-price", f.list_price,
+                 "List price in $/GPU-hour: diagnoses then carry the effective price (list ÷ productive share); 0 = off")
       ->capture_default_str();
   cmd.add_flag("--once", f.once, "Collect one round (two ticks), print the /metrics text to stdout and exit")
       ->configurable(false);
@@ -280,6 +290,22 @@ Result<AgentOptions> ResolveAgentOptions(const AgentFlags& f) {
     auto diagnose = ResolveDuration("diagnose-interval", f.diagnose_interval, kNsPerSec, kMaxInterval);
     if (!diagnose) return std::unexpected(diagnose.error());
     o.diagnose_interval = *diagnose;
+  }
+  // The stragglers and hang detectors look 10 minutes back; a shorter lookback would blind them.
+  auto lookback = ResolveDuration("diagnose-lookback", f.diagnose_lookback, 10 * 60 * kNsPerSec, 24 * 3600 * kNsPerSec);
+  if (!lookback) return std::unexpected(lookback.error());
+  o.diagnose_lookback = *lookback;
+  auto resolve = ResolveDuration("diagnose-resolve-after", f.diagnose_resolve_after, kNsPerSec, 24 * 3600 * kNsPerSec);
+  if (!resolve) return std::unexpected(resolve.error());
+  o.diagnose_resolve_after = *resolve;
+  {
+    char* end = nullptr;
+    const double price = std::strtod(f.list_price.c_str(), &end);
+    if (f.list_price.empty() || end == nullptr || *end != '\0' || !std::isfinite(price) || price < 0 || price > 1e6) {
+      return MakeErrorF(ErrorCode::kInvalidArgument, "list-price: expected $/GPU-hour in [0, 1e6], got '{}'",
+                        f.list_price);
+    }
+    o.list_price_per_gpu_hour = price;
   }
   o.once = f.once;
   return o;

@@ -56,6 +56,9 @@ struct AgentFlags {
   std::string sched_io = "on";        // host scheduling and file I/O probes: on|off
   // The node-local diagnosis engine's cadence; 0 = off.
   std::string diagnose_interval = "10s";
+  std::string diagnose_lookback = "15m";       // how far back each round looks
+  std::string diagnose_resolve_after = "2m";   // a diagnosis nothing supports this long is resolved
+  std::string list_price = "0";                // $/GPU-hour for the effective price; 0 = not computed
   bool once = false;
 
   AgentFlags();
@@ -97,6 +100,9 @@ struct AgentOptions {
   // How often the node-local diagnosis engine runs over this node's store (0 = off:
   // /api/v1/diagnoses answers 503 and no ithbat_diagnosis_* metric is written).
   TimeNs diagnose_interval = 10 * kNsPerSec;
+  TimeNs diagnose_lookback = 15 * 60 * kNsPerSec;
+  TimeNs diagnose_resolve_after = 120 * kNsPerSec;
+  double list_price_per_gpu_hour = 0;  // docs/diagnoses.md "Impact": effective price = list ÷ productive share
   bool once = false;
 };
 

@@ -188,6 +188,14 @@ Result<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentOptions& op
 
 AgentProcess::~AgentProcess() { Stop(); }
 
+investigate::NodeDiagnoserOptions MakeDiagnoserOptions(const AgentOptions& options) {
+  investigate::NodeDiagnoserOptions o;
+  o.lookback = options.diagnose_lookback;
+  o.investigate.resolve_after = options.diagnose_resolve_after;
+  o.investigate.list_price_per_gpu_hour = options.list_price_per_gpu_hour;
+  return o;
+}
+
 void AgentProcess::Stop() {
   if (stopped_) return;
   stopped_ = true;

@@ -28,6 +28,9 @@
 
 namespace ithbat::cli {
 
+// The node-local engine's options from the agent's (lookback, resolve time, list price).
+investigate::NodeDiagnoserOptions MakeDiagnoserOptions(const AgentOptions& options);
+
 class AgentProcess {
  public:
   static Result<std::unique_ptr<AgentProcess>> Start(const AgentOptions& options, bool serve);
@@ -51,7 +54,8 @@ class AgentProcess {
   const investigate::NodeDiagnoser& diagnoser() const { return diagnoser_; }
 
  private:
-  explicit AgentProcess(AgentOptions options) : options_(std::move(options)) {}
+  explicit AgentProcess(AgentOptions options)
+      : options_(std::move(options)), diagnoser_(MakeDiagnoserOptions(options_)) {}
   void Maintain(TimeNs now);
 
   AgentOptions options_;

@@ -1,4 +1,5 @@
 #include "cli/agent_options.h"
+#include "cli/agent_process.h"
 
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ flush-interval = "30s"
 log-format = "json"
 log-level = "debug"
 diagnose-interval = "30s"
+diagnose-lookback = "20m"
+diagnose-resolve-after = "5m"
+list-price = 2.5
 )";
 
 void ExpectEveryKey(const AgentOptions& o) {
@@ -59,6 +63,9 @@ void ExpectEveryKey(const AgentOptions& o) {
   EXPECT_EQ(o.log_format, agent::LogFormat::kJson);
   EXPECT_EQ(o.log_level, "debug");
   EXPECT_EQ(o.diagnose_interval, 30 * kNsPerSec);
+  EXPECT_EQ(o.diagnose_lookback, 20 * 60 * kNsPerSec);
+  EXPECT_EQ(o.diagnose_resolve_after, 5 * 60 * kNsPerSec);
+  EXPECT_DOUBLE_EQ(o.list_price_per_gpu_hour, 2.5);
   EXPECT_FALSE(o.once);
 }
 
@@ -84,7 +91,34 @@ TEST(AgentOptionsTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(o->log_format, agent::LogFormat::kHuman);
   EXPECT_EQ(o->log_level, "info");
   EXPECT_EQ(o->diagnose_interval, 10 * kNsPerSec);
+  EXPECT_EQ(o->diagnose_lookback, 15 * 60 * kNsPerSec);
+  EXPECT_EQ(o->diagnose_resolve_after, 2 * 60 * kNsPerSec);
+  EXPECT_EQ(o->list_price_per_gpu_hour, 0);
   EXPECT_FALSE(o->once);
+}
+
+TEST(AgentOptionsTest, DiagnosisLookbackResolveTimeAndListPriceAreChecked) {
+  // A lookback under the detectors' 10-minute window would blind them.
+  for (const char* bad : {"9m", "2d", "soon"}) {
+    auto o = ParseAgentCommandLine({"--diagnose-lookback", bad});
+    ASSERT_FALSE(o) << bad;
+    EXPECT_THAT(o.error().message, StartsWith("diagnose-lookback: ")) << bad;
+  }
+  EXPECT_TRUE(ParseAgentCommandLine({"--diagnose-lookback", "10m"}));
+  EXPECT_FALSE(ParseAgentCommandLine({"--diagnose-resolve-after", "0s"}));
+  for (const char* bad : {"-1", "free", "nan", "2.5$", ""}) {
+    auto o = ParseAgentCommandLine({"--list-price", bad});
+    ASSERT_FALSE(o) << bad;
+    EXPECT_THAT(o.error().message, StartsWith("list-price: ")) << bad;
+  }
+  auto priced = ParseAgentCommandLine({"--list-price", "3.10"});
+  ASSERT_TRUE(priced) << priced.error().ToString();
+  EXPECT_DOUBLE_EQ(priced->list_price_per_gpu_hour, 3.10);
+  // ... and they reach the engine.
+  const investigate::NodeDiagnoserOptions d = MakeDiagnoserOptions(*priced);
+  EXPECT_DOUBLE_EQ(d.investigate.list_price_per_gpu_hour, 3.10);
+  EXPECT_EQ(d.lookback, 15 * 60 * kNsPerSec);
+  EXPECT_EQ(d.investigate.resolve_after, 2 * 60 * kNsPerSec);
 }
 
 TEST(AgentOptionsTest, DiagnoseIntervalZeroTurnsItOffAndBoundsAreChecked) {

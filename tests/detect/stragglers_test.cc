@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <tuple>
+#include <utility>
 
 #include "detect/detector.h"
 #include "detect/stragglers/stragglers.h"
@@ -32,6 +34,11 @@ struct Shape {
   std::function<double(int)> clock = [](int) { return 1980.0; };
   std::function<bool(int, int)> thermal = [](int, int) { return false; };
   std::string reason = "hw_thermal_slowdown";
+  // NVLink errors rank r's GPU has counted by tick t; its PCIe link (generation, width) in tick t.
+  std::function<double(int, int)> nvlink_errors = [](int, int) { return 0.0; };
+  std::function<std::pair<double, double>(int, int)> pcie = [](int, int) { return std::pair{5.0, 16.0}; };
+  // A multiplier of rank r's thread blocks in every tick (persistent extra work).
+  std::function<double(int)> work_factor = [](int) { return 1.0; };
 };
 
 testutil::Labels RankLabels(int r) {
@@ -44,14 +51,14 @@ FleetView Build(const Shape& s) {
   SyntheticFleet f;
   for (int r = 0; r < kRanks; ++r) {
     std::vector<double> last(kTicks), lag(kTicks), aligned(kTicks), grid(kTicks), launches(kTicks), util(kTicks),
-        clock(kTicks), thermal(kTicks);
+        clock(kTicks), thermal(kTicks), nvlink(kTicks), gen(kTicks), width(kTicks);
     double l = 0, g = 0, a = 0, lg = 0;
     for (int t = 0; t < kTicks; ++t) {
       const bool is_last = s.last(t) == r;
       l += is_last ? 1 : 0;
       lg += is_last ? s.wait_per_tick : 0;  // the late rank enqueued this much after the first
       a += 1;
-      g += s.last(t) == r ? s.late_grid : s.other_grid;
+      g += (s.last(t) == r ? s.late_grid : s.other_grid) * s.work_factor(r);
       last[t] = l;
       lag[t] = lg;
       aligned[t] = a;
@@ -60,6 +67,8 @@ FleetView Build(const Shape& s) {
       util[t] = s.util(r, t);
       clock[t] = s.clock(r) * 1e6;
       thermal[t] = s.thermal(r, t) ? 1 : 0;
+      nvlink[t] = s.nvlink_errors(r, t);
+      std::tie(gen[t], width[t]) = s.pcie(r, t);
     }
     auto lab = RankLabels(r);
     f.Series("n1", "ithbat_probe_nccl_last_arrivals_total", MetricType::kCounter, lab, last);
@@ -77,6 +86,13 @@ FleetView Build(const Shape& s) {
     auto ev = gpu;
     ev.emplace_back("reason", s.reason);
     f.Series("n1", "ithbat_gpu_clock_event_active", MetricType::kGauge, ev, thermal);
+    auto crc = gpu;
+    crc.emplace_back("counter", "crc_flit");
+    f.Series("n1", "ithbat_gpu_nvlink_errors_total", MetricType::kCounter, crc, nvlink);
+    f.Series("n1", "ithbat_gpu_pcie_link_generation", MetricType::kGauge, gpu, gen);
+    f.Series("n1", "ithbat_gpu_pcie_link_generation_max", MetricType::kGauge, gpu, std::vector<double>(kTicks, 5));
+    f.Series("n1", "ithbat_gpu_pcie_link_width", MetricType::kGauge, gpu, width);
+    f.Series("n1", "ithbat_gpu_pcie_link_width_max", MetricType::kGauge, gpu, std::vector<double>(kTicks, 16));
   }
   return f.TakeView();
 }
@@ -160,6 +176,63 @@ TEST(Stragglers, ThePowerCapIsNotAThermalReason) {
 
 TEST(Stragglers, APersistentStragglerWithoutAHardwareReasonGivesNoVerdict) {
   EXPECT_TRUE(Detect(Persistent(1.0, 0.0)).empty());
+}
+
+// Rank 2's GPU counts `errors` NVLink errors over the window, its peers `peer_errors`.
+Shape NvlinkStraggler(double errors, double peer_errors) {
+  Shape s = Persistent(1.0, 0.0);
+  s.nvlink_errors = [=](int r, int t) { return (r == 2 ? errors : peer_errors) * t / (kTicks - 1); };
+  return s;
+}
+
+TEST(Stragglers, APersistentStragglerWithNvlinkErrorsIsNvlink) {
+  auto f = Detect(NvlinkStraggler(kNvlinkErrorGrowth, 0));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].verdict, Verdict::kInfrastructure);
+  EXPECT_EQ(f[0].cause, Cause::kNvlink);
+  EXPECT_EQ(f[0].subjects.gpus, (std::vector<GpuRef>{{"n1", 2, "GPU-2"}}));
+  // Just below the growth: nothing; every GPU counting errors alike does not single one out.
+  EXPECT_TRUE(Detect(NvlinkStraggler(kNvlinkErrorGrowth - 1, 0)).empty());
+  EXPECT_TRUE(Detect(NvlinkStraggler(100, 100)).empty());
+  // A pre-existing count that does not move is history.
+  Shape history = Persistent(1.0, 0.0);
+  history.nvlink_errors = [](int r, int) { return r == 2 ? 500.0 : 0.0; };
+  EXPECT_TRUE(Detect(history).empty());
+}
+
+TEST(Stragglers, APersistentStragglerOnADowntrainedPcieLinkIsGpuHardware) {
+  Shape s = Persistent(1.0, 0.0);
+  s.pcie = [](int r, int) { return r == 2 ? std::pair{5.0 - kPcieGenerationDrop, 16.0} : std::pair{5.0, 16.0}; };
+  auto f = Detect(s);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kGpuHardware);
+  EXPECT_EQ(f[0].subjects.gpus[0].index, 2);
+  // Half the lanes is downtrained; a generation only half a step down on average is not.
+  s.pcie = [](int r, int) { return r == 2 ? std::pair{5.0, 16.0 * kPcieWidthShare} : std::pair{5.0, 16.0}; };
+  EXPECT_EQ(Detect(s).size(), 1u);
+  s.pcie = [](int r, int t) { return std::pair{r == 2 && t % 2 == 0 ? 4.0 : 5.0, 16.0}; };
+  EXPECT_TRUE(Detect(s).empty());
+  // Every GPU's link stepped down (idle power saving, a BIOS setting): not this GPU's fault.
+  s.pcie = [](int, int) { return std::pair{3.0, 16.0}; };
+  EXPECT_TRUE(Detect(s).empty());
+}
+
+TEST(Stragglers, APersistentStragglerDoingMoreWorkIsTheJobs) {
+  Shape s = Persistent(1.0, 0.0);
+  s.work_factor = [](int r) { return r == 2 ? kPersistentExtraWork + 0.01 : 1.0; };
+  auto f = Detect(s);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].verdict, Verdict::kJob);
+  EXPECT_EQ(f[0].cause, Cause::kDataImbalance);
+  EXPECT_EQ(f[0].subjects.ranks[0].rank, 2);
+  s.work_factor = [](int r) { return r == 2 ? kPersistentExtraWork - 0.03 : 1.0; };
+  EXPECT_TRUE(Detect(s).empty());
+  // Extra work on a throttled GPU: the clock explains it (thermal_power wins).
+  Shape hot = Persistent(0.85, 0.6);
+  hot.work_factor = [](int r) { return r == 2 ? 1.3 : 1.0; };
+  auto g = Detect(hot);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].cause, Cause::kThermalPower);
 }
 
 Shape HostStarved(double node_util) {

@@ -149,6 +149,40 @@ double ThermalShare(const FleetView& view, const RankProcess& p, TimeNs from, Ti
   return static_cast<double>(on) / static_cast<double>(active.size());
 }
 
+// The NVLink errors a GPU gained over [from, to], over all counters.
+double NvlinkErrorGrowth(const FleetView& view, const RankProcess& p, TimeNs from, TimeNs to) {
+  double g = 0;
+  for (const auto& [v, samples] :
+       view.Samples(p.node, fmt::format("ithbat_gpu_nvlink_errors_total{{gpu_uuid={}}}", Quote(p.gpu_uuid)), from, to)) {
+    g += CounterGrowth(samples, from, to);
+  }
+  return g;
+}
+
+// Whether a GPU's PCIe link ran downtrained over [from, to]; `text` says how. False without data.
+bool PcieDowntrained(const FleetView& view, const RankProcess& p, TimeNs from, TimeNs to, std::string* text) {
+  const double gen = GpuMean(view, p, "", from, to, "ithbat_gpu_pcie_link_generation");
+  const double gen_max = GpuMean(view, p, "", from, to, "ithbat_gpu_pcie_link_generation_max");
+  const double width = GpuMean(view, p, "", from, to, "ithbat_gpu_pcie_link_width");
+  const double width_max = GpuMean(view, p, "", from, to, "ithbat_gpu_pcie_link_width_max");
+  const bool gen_low = std::isfinite(gen) && std::isfinite(gen_max) && gen <= gen_max - kPcieGenerationDrop;
+  const bool width_low = std::isfinite(width) && std::isfinite(width_max) && width <= kPcieWidthShare * width_max;
+  if (text != nullptr) {
+    *text = fmt::format("PCIe generation {:.1f} of {:.0f}, width x{:.0f} of x{:.0f}", gen, gen_max, width, width_max);
+  }
+  return gen_low || width_low;
+}
+
+// A rank's thread blocks over the node's median rank's (the work proxy); NaN without data.
+double WorkRatio(const NodeData& n, const RankData& r) {
+  std::vector<double> others;
+  for (const auto& q : n.ranks) {
+    if (&q != &r) others.push_back(Sum(q.grid));
+  }
+  const double median = Median(others);
+  return median > 0 ? Sum(r.grid) / median : std::nan("");
+}
+
 struct Starvation {
   int samples = 0;
   int followed_by_last = 0;
@@ -310,7 +344,7 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
     }
     Finding imbalance;
     Finding host;
-    std::vector<Finding> thermal;
+    std::vector<Finding> persistent_findings;  // thermal_power, nvlink, gpu_hardware (PCIe), persistent extra work
     double imbalance_lag = 0, imbalance_rank_seconds = 0, host_lag = 0, host_rank_seconds = 0;
     struct Roaming {
       std::string node;
@@ -378,10 +412,91 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
                                   "slowdown and is the last arrival at {:.0f}% of collectives: the job waits for it",
                                   node, p.gpu, p.rank, 100 * ratio, 100 * v.top_share);
           AddCost(f, n.lag, n.rank_seconds);
-          thermal.push_back(std::move(f));
+          persistent_findings.push_back(std::move(f));
         }
-        // A persistent straggler without a hardware reason: left to the work proxy below only
-        // if the node also roams; otherwise no finding (inconclusive is not worth a page).
+        if (ratio <= kThermalClockRatio && thermal_share >= kThermalActiveShare) continue;
+        // No thermal reason: the GPU's links, then the rank's own work.
+        std::vector<double> peer_nvlink;
+        int peers_downtrained = 0, peers_known = 0;
+        for (const auto& q : job.processes) {
+          if (&q == &p || q.gpu_uuid.empty()) continue;
+          peer_nvlink.push_back(NvlinkErrorGrowth(in.view, q, from, to));
+          ++peers_known;
+          peers_downtrained += PcieDowntrained(in.view, q, from, to, nullptr) ? 1 : 0;
+        }
+        const double nvlink = NvlinkErrorGrowth(in.view, p, from, to);
+        const double peer_nvlink_median = peer_nvlink.empty() ? 0 : Median(peer_nvlink);
+        std::string pcie_text;
+        const bool pcie = PcieDowntrained(in.view, p, from, to, &pcie_text) && 2 * peers_downtrained < peers_known;
+        const double work = WorkRatio(n, *v.persistent);
+        const Evidence last_evidence = MakeEvidence(
+            "ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, fmt::format("rank {}", p.rank), 100 * v.top_share,
+            100.0 / static_cast<double>(n.ranks.size()), "%",
+            fmt::format("rank {} arrived last at {:.0f}% of {:.0f} aligned collectives on {} (a fair share is {:.0f}%)",
+                        p.rank, 100 * v.top_share, n.total_last, node, 100.0 / n.ranks.size()),
+            w);
+        const Evidence wait_evidence = MakeEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes,
+                                                    node, 100 * v.wait_share, 0, "% of rank time", wait_note, w);
+        Finding f;
+        f.subjects.job = job.id;
+        f.subjects.nodes = {node};
+        f.subjects.ranks = {p.Ref()};
+        f.subjects.gpus = {p.Gpu()};
+        f.window = w;
+        f.provable_at = to;
+        f.evidence.push_back(last_evidence);
+        if (nvlink >= kNvlinkErrorGrowth && peer_nvlink_median < kNvlinkErrorGrowth) {
+          f.verdict = Verdict::kInfrastructure;
+          f.cause = Cause::kNvlink;
+          f.confidence = 0.8;
+          f.evidence.push_back(MakeEvidence(
+              "ithbat_gpu_nvlink_errors_total", kCollectorGpu, fmt::format("{}:{}", node, p.gpu), nvlink,
+              peer_nvlink_median, "errors",
+              fmt::format("its GPU's NVLink links counted {:.0f} errors in the window; the job's other GPUs a median "
+                          "of {:.0f}",
+                          nvlink, peer_nvlink_median),
+              w));
+          f.summary = fmt::format("GPU {}:{} (rank {}) gained {:.0f} NVLink errors and is the last arrival at {:.0f}% of "
+                                  "collectives: the job waits on its links",
+                                  node, p.gpu, p.rank, nvlink, 100 * v.top_share);
+        } else if (pcie) {
+          f.verdict = Verdict::kInfrastructure;
+          f.cause = Cause::kGpuHardware;
+          f.confidence = 0.7;
+          f.evidence.push_back(MakeEvidence("ithbat_gpu_pcie_link_generation", kCollectorGpu,
+                                            fmt::format("{}:{}", node, p.gpu), 0, 0, "",
+                                            fmt::format("its GPU's PCIe link ran downtrained ({}) while {} of {} peer "
+                                                        "GPUs' did",
+                                                        pcie_text, peers_downtrained, peers_known),
+                                            w));
+          f.summary = fmt::format("GPU {}:{} (rank {}) runs on a downtrained PCIe link ({}) and is the last arrival at "
+                                  "{:.0f}% of collectives",
+                                  node, p.gpu, p.rank, pcie_text, 100 * v.top_share);
+        } else if (work >= kPersistentExtraWork && MeanUtil(*v.persistent) >= kPeerBusyUtil) {
+          f.verdict = Verdict::kJob;
+          f.cause = Cause::kDataImbalance;
+          f.confidence = 0.7;
+          f.evidence.push_back(MakeEvidence("ithbat_probe_grid_blocks_total", kCollectorProbes,
+                                            fmt::format("rank {}", p.rank), work, 1.0, "x peers' median",
+                                            fmt::format("rank {} launched {:.2f}x the thread blocks of its node peers' "
+                                                        "median: it does more work every step",
+                                                        p.rank, work),
+                                            w));
+          f.evidence.push_back(MakeEvidence("ithbat_gpu_utilization_ratio", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
+                                            MeanUtil(*v.persistent), kPeerBusyUtil, "ratio",
+                                            fmt::format("its GPU was busy ({:.0f}% mean utilisation) at the clock of its "
+                                                        "peers ({:.0f}%): computing, not throttled or starved",
+                                                        100 * MeanUtil(*v.persistent), 100 * ratio),
+                                            w));
+          f.summary = fmt::format("rank {} on {} is always last ({:.0f}% of collectives) because it launches {:.2f}x its "
+                                  "peers' work (rank-0 extra work, a last pipeline stage or an uneven shard)",
+                                  p.rank, node, 100 * v.top_share, work);
+        } else {
+          continue;  // a persistent straggler with no reason shown: not worth a page
+        }
+        f.evidence.push_back(wait_evidence);
+        AddCost(f, n.lag, n.rank_seconds);
+        persistent_findings.push_back(std::move(f));
         continue;
       }
       // Roaming: why is the last rank late?
@@ -474,7 +589,7 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
         max_corr = std::max(max_corr, c.work.correlation);
       }
     }
-    for (auto& f : thermal) out.push_back(std::move(f));
+    for (auto& f : persistent_findings) out.push_back(std::move(f));
     if (!imbalance.subjects.job.empty()) {
       AddCost(imbalance, imbalance_lag, imbalance_rank_seconds);
       imbalance.summary = fmt::format("the slowest rank rotates on {} and its lateness follows its work (correlation up to "

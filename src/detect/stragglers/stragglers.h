@@ -13,8 +13,12 @@
 //    per-rank work proxy (thread blocks launched) → job: data_imbalance;
 //  - roaming, the late rank's GPU starved of launches while its peers are busy, its main thread
 //    waiting for a CPU → job: host_bottleneck;
-//  - anything else: no finding (a persistent straggler without a hardware reason is reported by
-//    the work proxy test as data_imbalance only when its extra work shows).
+//  - persistent, clock fine, but that GPU's NVLink errors grew while its peers' did not →
+//    infrastructure: nvlink; its PCIe link downtrained (generation or width below the maximum)
+//    while its peers' are not → infrastructure: gpu_hardware;
+//  - persistent without a hardware reason, launching clearly more work (thread blocks) than its
+//    peers → job: data_imbalance (rank-0 extra work, a last pipeline stage, an uneven shard);
+//  - anything else: no finding (a persistent straggler with no reason shown is not worth a page).
 // A straggler is diagnosed only when the wait is material: ranks waiting for a late peer for at
 // least kMinWaitShare of their time.
 #include <vector>
@@ -72,6 +76,20 @@ inline constexpr double kSaveIoSeconds = 0.05;
 // and other runs −0.19–0.16.
 inline constexpr double kWorkLagCorrelation = 0.2;
 inline constexpr size_t kMinWorkLagPoints = 40;
+
+// nvlink: the persistent rank's GPU gained at least this many NVLink errors (all counters, CRC
+// and replay) in the window, while the median of its peers gained fewer than this. A healthy
+// link counts none for hours; the lab's link faults add hundreds.
+inline constexpr double kNvlinkErrorGrowth = 10;
+// gpu_hardware (PCIe): its link's mean generation at least one below the maximum, or its mean
+// width at most half the maximum lanes, while fewer than half of its peers' are. An idle GPU may
+// step its link down to save power; a busy one that stays down is a bad riser, slot or cable.
+inline constexpr double kPcieGenerationDrop = 1.0;
+inline constexpr double kPcieWidthShare = 0.5;
+// A persistent straggler with no hardware reason is the job's when it launches at least this
+// many times its peers' median thread blocks (background jitter is a few percent; the lab's
+// roaming imbalance, averaged over ranks, reaches 1.07–1.10 on the late rank).
+inline constexpr double kPersistentExtraWork = 1.15;
 
 std::vector<Finding> DetectStragglers(const DetectInput& in);
 
