@@ -220,6 +220,16 @@ void StepTimelines::DropBefore(int64_t t) {
   }
 }
 
+std::vector<std::pair<std::string, int32_t>> StepTimelines::Keys() const {
+  std::shared_lock lock(impl_->mu);
+  std::vector<std::pair<std::string, int32_t>> out;
+  out.reserve(impl_->timelines.size());
+  for (const auto& [key, tl] : impl_->timelines) {
+    if (!tl.spans.empty()) out.emplace_back(key.job, key.rank);
+  }
+  return out;
+}
+
 size_t StepTimelines::size() const {
   std::shared_lock lock(impl_->mu);
   return impl_->total;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/event.h"
@@ -31,6 +32,8 @@ class StepTimelines {
   std::optional<int64_t> StepAt(std::string_view job, int32_t rank, int64_t t) const;
   std::optional<StepSpan> Find(std::string_view job, int32_t rank, int64_t step) const;
   std::vector<StepSpan> Range(std::string_view job, int32_t rank, int64_t from, int64_t to) const;
+  // Every (job, rank) holding at least one step, in (job, rank) order (evidence bundles copy them).
+  std::vector<std::pair<std::string, int32_t>> Keys() const;
   std::vector<StepRecord> TakeUnflushed();
   void DropBefore(int64_t t);
   size_t size() const;

@@ -609,6 +609,8 @@ std::vector<StepSpan> Store::Steps(std::string_view job, int32_t rank, TimeNs fr
   return impl_->steps.Range(job, rank, from, to);
 }
 
+std::vector<std::pair<std::string, int32_t>> Store::StepKeys() const { return impl_->steps.Keys(); }
+
 // ---------------------------------------------------------------------------------------------
 // Flush and retention
 

@@ -118,6 +118,8 @@ class Store final : public Sink {
   std::optional<int64_t> StepAt(std::string_view job, int32_t rank, TimeNs t) const;
   std::optional<StepSpan> FindStep(std::string_view job, int32_t rank, int64_t step) const;
   std::vector<StepSpan> Steps(std::string_view job, int32_t rank, TimeNs from, TimeNs to) const;
+  // Every (job, rank) with a step timeline, in (job, rank) order.
+  std::vector<std::pair<std::string, int32_t>> StepKeys() const;
 
   // Writes what arrived since the last flush as one crash-safe segment (no-op in memory mode).
   Status Flush();
