@@ -30,6 +30,9 @@ packages=(
   # faketime (libfaketime): the simulator runs one node's agent with a skewed, drifting clock
   # when a scenario sets clock_skew_ms / clock_drift_ppm.
   faketime
+  # chromium: tests/integration/report_chromium.sh opens the HTML report in headless Chromium
+  # (no console error, charts drawn in a screenshot).
+  chromium
 )
 
 missing=()
