@@ -14,6 +14,7 @@
 #include "agent/runtime.h"
 #include "cli/agent_process.h"
 #include "cli/demo.h"
+#include "cli/hub_command.h"
 #include "cli/scenario_demo.h"
 #include "cli/parse_command.h"
 #include "cli/scenario_command.h"
@@ -51,6 +52,7 @@ struct CliState {
   CLI::App* parse_cmd = nullptr;
   ScenarioCheckOptions scenario_check;
   CLI::App* scenario_check_cmd = nullptr;
+  HubCommand hub;
 };
 
 void BuildApp(CLI::App& app, CliState& st) {
@@ -108,6 +110,7 @@ void BuildApp(CLI::App& app, CliState& st) {
                                   "Also print the values one run draws, as one JSON line per file");
   st.scenario_check_cmd->add_option("--seed", st.scenario_check.seed,
                                     "Seed for --resolve (default: the file's seed, else a fresh one)");
+  AddHubCommand(app, st.hub);
 }
 
 bool IsConfigError(const CLI::ParseError& e) {
@@ -234,6 +237,7 @@ int Main(int argc, const char* const* argv) {
   if (*st.metrics_doc_cmd) return RunMetricsDoc();
   if (*st.parse_cmd) return RunParseCommand(st.parse, stdout, stderr);
   if (*st.scenario_check_cmd) return RunScenarioCheck(st.scenario_check, stdout, stderr);
+  if (int rc = RunHubCommand(st.hub, stdout, stderr); rc >= 0) return rc;
   return kExitUsage;  // unreachable: a subcommand is required
 }
 

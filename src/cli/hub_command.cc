@@ -1,0 +1,236 @@
+#include "cli/hub_command.h"
+
+#include <cmath>
+#include <memory>
+#include <utility>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <signal.h>
+
+#include "agent/logging.h"
+#include "cli/agent_options.h"
+#include "cli/app.h"
+#include "core/version.h"
+#include "hub/hub.h"
+#include "hub/hub_server.h"
+#include "investigate/diagnosis_json.h"
+#include "notify/webhook.h"
+
+namespace ithbat::cli {
+namespace {
+
+// Bounds that keep a typo from spinning (an interval of 1 ns) or holding a day of every node in
+// memory by accident.
+constexpr TimeNs kMinHubInterval = 100 * kNsPerMs;
+constexpr TimeNs kMaxHubInterval = 3600 * kNsPerSec;
+constexpr TimeNs kMinLookback = 10 * kNsPerSec;
+constexpr TimeNs kMaxLookback = 24 * 3600 * kNsPerSec;
+// --once waits this long at most for the webhook to take its messages before exiting.
+constexpr TimeNs kOnceFlushTimeout = 15 * kNsPerSec;
+
+struct Resolved {
+  hub::HubOptions hub;
+  hub::HubServerOptions server;
+  std::string webhook_url;
+};
+
+Result<TimeNs> Duration(std::string_view key, const std::string& text, TimeNs min, TimeNs max) {
+  auto d = ParseDuration(text);
+  if (!d) return MakeErrorF(ErrorCode::kInvalidArgument, "--{}: {}", key, d.error().message);
+  if (*d < min || *d > max) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "--{}: {} is outside [{} ms, {} s]", key, text,
+                      min / kNsPerMs, max / kNsPerSec);
+  }
+  return *d;
+}
+
+Result<Resolved> Resolve(const HubCommandOptions& o) {
+  Resolved r;
+  if (o.agents.empty()) return MakeError(ErrorCode::kInvalidArgument, "give at least one --agent HOST:PORT");
+  auto targets = hub::ParseAgentTargets(o.agents);
+  if (!targets) return std::unexpected(targets.error());
+  r.hub.agents = std::move(*targets);
+  auto interval = Duration("interval", o.interval, kMinHubInterval, kMaxHubInterval);
+  if (!interval) return std::unexpected(interval.error());
+  r.hub.interval = *interval;
+  auto lookback = Duration("lookback", o.lookback, kMinLookback, kMaxLookback);
+  if (!lookback) return std::unexpected(lookback.error());
+  r.hub.lookback = *lookback;
+  if (!std::isfinite(o.list_price) || o.list_price < 0 || o.list_price > 1e6) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "--list-price: {} is not a price in $/GPU-hour",
+                      o.list_price);
+  }
+  r.hub.investigate.list_price_per_gpu_hour = o.list_price;
+  if (!o.agent_token_file.empty()) {
+    auto t = ReadTokenFile(o.agent_token_file);
+    if (!t) return MakeErrorF(ErrorCode::kInvalidArgument, "--agent-token-file: {}", t.error().message);
+    r.hub.agent_token = std::move(*t);
+  }
+  if (!o.token_file.empty()) {
+    auto t = ReadTokenFile(o.token_file);
+    if (!t) return MakeErrorF(ErrorCode::kInvalidArgument, "--token-file: {}", t.error().message);
+    r.server.bearer_token = std::move(*t);
+  }
+  if (o.port < 0 || o.port > 65535)
+    return MakeErrorF(ErrorCode::kInvalidArgument, "--port: {} is not a port", o.port);
+  if (o.listen.empty()) return MakeError(ErrorCode::kInvalidArgument, "--listen: empty address");
+  r.server.bind_address = o.listen;
+  r.server.port = static_cast<uint16_t>(o.port);
+  r.webhook_url = o.webhook_url;
+  return r;
+}
+
+hub::NotifyCounters Counters(const notify::WebhookNotifier* n) {
+  if (!n) return {};
+  const notify::WebhookStats s = n->Stats();
+  return hub::NotifyCounters{true, s.sent, s.failed, s.dropped, s.retries, s.queued};
+}
+
+int RunOnce(hub::Hub& h, notify::WebhookNotifier* notifier, std::FILE* out, std::FILE* err) {
+  const Status st = h.Round(NowNs());
+  size_t reached = 0;
+  for (const hub::AgentState& a : h.Agents()) {
+    if (a.up) ++reached;
+    const remote::PullStats& p = a.last_pull;
+    if (a.up) {
+      fmt::print(err,
+                 "ithbat hub: agent {} (node {}): up; pulled {} series, {} samples, {} events, {} steps\n",
+                 a.target.Address(), a.target.node, p.series, p.samples_appended, p.events_appended,
+                 p.steps_recorded);
+    }
+    if (!a.last_error.empty())
+      fmt::print(err, "ithbat hub: agent {} (node {}): {}\n", a.target.Address(), a.target.node,
+                 a.last_error);
+  }
+  if (!st) {
+    fmt::print(err, "ithbat hub: {}\n", st.error().message);
+    return kExitFailure;
+  }
+  for (const Diagnosis& d : h.Current()) {
+    const std::string line =
+        investigate::ToJson(d).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    fmt::print(out, "{}\n", line);
+  }
+  std::fflush(out);
+  if (notifier && !notifier->Flush(kOnceFlushTimeout)) {
+    fmt::print(err, "ithbat hub: the webhook did not take every message within {} s\n",
+               kOnceFlushTimeout / kNsPerSec);
+  }
+  if (reached == 0) {
+    fmt::print(err, "ithbat hub: no agent could be reached\n");
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddHubCommand(CLI::App& app, HubCommand& hub) {
+  HubCommandOptions& o = hub.options;
+  hub.cmd = app.add_subcommand(
+      "hub",
+      "Pull every agent's data and run the diagnosis engine over all nodes at once (job-wide and cross-job "
+      "findings); serve /api/v1/diagnoses (docs/hub.md)");
+  hub.cmd
+      ->add_option(
+          "--agent", o.agents,
+          "An agent to pull: HOST:PORT, HOST (port 9479) or NODE=HOST:PORT to name its node; repeatable")
+      ->required();
+  hub.cmd->add_option("--agent-token-file", o.agent_token_file,
+                      "File holding the bearer token the agents require");
+  hub.cmd->add_option("--listen", o.listen, "Address to serve on")->capture_default_str();
+  hub.cmd->add_option("--port", o.port, "Port to serve on (0: any free port, logged)")->capture_default_str();
+  hub.cmd->add_option(
+      "--token-file", o.token_file,
+      "File holding a bearer token required on every path but /healthz (must not be world-readable)");
+  hub.cmd->add_option("--interval", o.interval, "How often to pull the agents and run the engine")
+      ->capture_default_str();
+  hub.cmd->add_option("--lookback", o.lookback, "How much of each node's data to keep and analyse")
+      ->capture_default_str();
+  hub.cmd->add_option(
+      "--webhook-url", o.webhook_url,
+      "Slack-compatible incoming webhook (http:// or https://) told when a diagnosis opens, is "
+      "confirmed or resolves");
+  hub.cmd
+      ->add_option("--list-price", o.list_price,
+                   "List price in $/GPU-hour, for the effective price (0: not computed)")
+      ->capture_default_str();
+  hub.cmd->add_flag("--once", o.once, "Run one round, print the diagnoses as schema-v1 JSON lines, exit");
+  hub.cmd->add_option("--log-level", o.log_level, "trace, debug, info, warn, error, critical, off")
+      ->capture_default_str();
+}
+
+int RunHubCommand(const HubCommand& hub, std::FILE* out, std::FILE* err) {
+  if (!hub.cmd || !*hub.cmd) return -1;
+  auto resolved = Resolve(hub.options);
+  if (!resolved) {
+    fmt::print(err, "ithbat hub: {}\n", resolved.error().message);
+    return kExitUsage;
+  }
+  if (auto s = agent::SetupLogging(agent::LogFormat::kHuman, hub.options.log_level); !s) {
+    fmt::print(err, "ithbat hub: --log-level: {}\n", s.error().message);
+    return kExitUsage;
+  }
+  auto log = agent::GetLogger("hub");
+
+  // Stop signals are taken by sigwait on this thread; every thread started after inherits the
+  // mask. A client that hangs up must not kill the hub (SIGPIPE).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  if (!hub.options.once) pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<notify::WebhookNotifier> notifier;
+  if (!resolved->webhook_url.empty()) {
+    notify::WebhookOptions wo;
+    wo.url = resolved->webhook_url;
+    auto n = notify::WebhookNotifier::Start(wo);
+    if (!n) {
+      fmt::print(err, "ithbat hub: --webhook-url: {}\n", n.error().message);
+      return kExitUsage;
+    }
+    notifier = std::move(*n);
+  }
+  auto created = hub::Hub::Create(resolved->hub);
+  if (!created) {
+    fmt::print(err, "ithbat hub: {}\n", created.error().message);
+    return kExitUsage;
+  }
+  hub::Hub& h = **created;
+  if (notifier) h.SetObserver([n = notifier.get()](const std::vector<Diagnosis>& ds) { n->Observe(ds); });
+
+  if (hub.options.once) return RunOnce(h, notifier.get(), out, err);
+
+  const notify::WebhookNotifier* n = notifier.get();
+  auto server = hub::HubServer::Start(
+      h, [n] { return Counters(n); }, resolved->server);
+  if (!server) {
+    fmt::print(err, "ithbat hub: {}\n", server.error().message);
+    return kExitFailure;
+  }
+  const bool v6 = resolved->server.bind_address.find(':') != std::string::npos;
+  log->info("ithbat {} hub: {} agent(s), interval {} ms, lookback {} s; listening on {}{}{}:{}{}", kVersion,
+            resolved->hub.agents.size(), resolved->hub.interval / kNsPerMs,
+            resolved->hub.lookback / kNsPerSec, v6 ? "[" : "", resolved->server.bind_address, v6 ? "]" : "",
+            (*server)->port(), resolved->server.bearer_token.empty() ? "" : " (bearer token required)");
+  const std::string& bind = resolved->server.bind_address;
+  if (resolved->server.bearer_token.empty() && bind != "127.0.0.1" && bind != "::1" && bind != "localhost") {
+    log->warn("serving on {} without --token-file: anyone who can reach it reads every node's diagnoses",
+              bind);
+  }
+  h.Start();
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  log->info("received {}, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  h.Stop();
+  (*server)->Stop();
+  if (notifier) notifier->Stop();
+  log->info("stopped");
+  return kExitOk;
+}
+
+}  // namespace ithbat::cli
