@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the CTest suite one label group at a time (core, store, agent, collect, joblog, probes, serve, detect,
-# investigate, cli, sim — which
+# investigate, bundle, report, remote, notify, hub, cli, sim — which
 # takes every sim_* label too —, scenario, lab, integration, then any test carrying none of those labels) and prints how long each group
 # took, so a slow module shows up in every CI log. Every group runs even when an earlier one
 # fails; the exit status is non-zero if any test failed.
@@ -9,7 +9,7 @@ set -uo pipefail
 
 build=${1:?usage: run-tests.sh BUILD_DIR [JOBS]}
 jobs=${2:-2}
-groups=(core store agent collect joblog probes serve detect investigate cli sim scenario lab integration)
+groups=(core store agent collect joblog probes serve detect investigate bundle report remote notify hub cli sim scenario lab integration)
 # A group's label pattern: the group's own label; sim also takes the simulator's parts
 # (sim_workload, sim_node, sim_runner, sim_lab, ...).
 pattern() { if [[ $1 == sim ]]; then echo 'sim(_[a-z]+)?'; else echo "$1"; fi; }

@@ -15,6 +15,7 @@
 #include "cli/agent_process.h"
 #include "cli/demo.h"
 #include "cli/hub_command.h"
+#include "cli/evidence_commands.h"
 #include "cli/scenario_demo.h"
 #include "cli/parse_command.h"
 #include "cli/scenario_command.h"
@@ -52,6 +53,7 @@ struct CliState {
   CLI::App* parse_cmd = nullptr;
   ScenarioCheckOptions scenario_check;
   CLI::App* scenario_check_cmd = nullptr;
+  EvidenceCommands evidence;  // record, diagnose, report
   HubCommand hub;
 };
 
@@ -110,6 +112,7 @@ void BuildApp(CLI::App& app, CliState& st) {
                                   "Also print the values one run draws, as one JSON line per file");
   st.scenario_check_cmd->add_option("--seed", st.scenario_check.seed,
                                     "Seed for --resolve (default: the file's seed, else a fresh one)");
+  AddEvidenceCommands(app, st.evidence);
   AddHubCommand(app, st.hub);
 }
 
@@ -237,6 +240,7 @@ int Main(int argc, const char* const* argv) {
   if (*st.metrics_doc_cmd) return RunMetricsDoc();
   if (*st.parse_cmd) return RunParseCommand(st.parse, stdout, stderr);
   if (*st.scenario_check_cmd) return RunScenarioCheck(st.scenario_check, stdout, stderr);
+  if (int rc = RunEvidenceCommand(st.evidence, stdout, stderr); rc >= 0) return rc;
   if (int rc = RunHubCommand(st.hub, stdout, stderr); rc >= 0) return rc;
   return kExitUsage;  // unreachable: a subcommand is required
 }

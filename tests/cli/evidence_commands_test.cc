@@ -1,0 +1,157 @@
+// `ithbat record`, `ithbat diagnose` and `ithbat report` as functions: a bundle written from a
+// stopped agent's data directory re-diagnoses to the same result (exit 0), a tampered one says it
+// differs (exit 3), usage errors are exit 2, and the terminal text leads with the verdict, keeps
+// colour off unless asked and never passes control characters from the data through.
+#include "cli/evidence_commands.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include "cli/diagnosis_text.h"
+#include "store/store.h"
+#include "testutil/synthetic_fleet.h"
+#include "testutil/testutil.h"
+
+namespace ithbat::cli {
+namespace {
+
+using testutil::kS;
+using testutil::kT0;
+
+// Captures what a command writes to a FILE*.
+struct Capture {
+  std::FILE* f = std::tmpfile();
+  ~Capture() { std::fclose(f); }
+  std::string Text() {
+    std::fflush(f);
+    std::rewind(f);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    return out;
+  }
+};
+
+// A stopped agent's data directory holding the rotating-straggler job "77" on node n1.
+std::string WriteDataDir(const std::filesystem::path& dir) {
+  testutil::SyntheticFleet fleet;
+  fleet.RotatingStraggler("n1", 60);
+  auto stores = fleet.TakeStores();
+  store::StoreOptions o;
+  o.data_dir = (dir / "n1").string();
+  o.retention = 365LL * 24 * 3600 * kS;
+  auto disk = store::Store::Open(o);
+  EXPECT_TRUE(disk.has_value());
+  const store::Store& mem = *stores.at("n1");
+  auto sel = store::SeriesSelector::Parse(R"({__name__=~".+"})");
+  auto all = mem.Select(*sel, kMinTime, kMaxTime);
+  EXPECT_TRUE(all.has_value());
+  for (const auto& s : *all) {
+    auto ref = (*disk)->RegisterSeries(*s.info.desc, s.info.labels);
+    EXPECT_TRUE(ref.has_value());
+    for (const auto& x : s.samples) EXPECT_TRUE((*disk)->Append(*ref, x.t, x.v).has_value());
+  }
+  EXPECT_TRUE((*disk)->Flush().has_value());
+  return o.data_dir;
+}
+
+TEST(EvidenceCommands, RecordThenDiagnoseGivesTheRecordedDiagnosis) {
+  ithbat::testing::TempDir dir;
+  const std::string data = WriteDataDir(dir.path());
+  const std::string bundle = (dir.path() / "b.ithbat").string();
+  RecordCommandOptions r;
+  r.job = "77";
+  r.output = bundle;
+  r.data_dirs = {data};  // the node is named after the directory: n1
+  Capture out, err;
+  ASSERT_EQ(RunRecordCommand(r, out.f, err.f), 0) << err.Text();
+  EXPECT_NE(out.Text().find("1 diagnosis(es)"), std::string::npos) << out.Text();
+
+  DiagnoseCommandOptions d;
+  d.bundle = bundle;
+  d.color = "never";
+  Capture out2, err2;
+  ASSERT_EQ(RunDiagnoseCommand(d, out2.f, err2.f), 0) << err2.Text();
+  const std::string text = out2.Text();
+  EXPECT_NE(text.find("job: data_imbalance"), std::string::npos) << text;
+  EXPECT_NE(text.find("the same as the 1 diagnosis(es) recorded"), std::string::npos) << text;
+  EXPECT_EQ(text.find("\x1b["), std::string::npos);
+
+  d.json = true;
+  Capture out3, err3;
+  ASSERT_EQ(RunDiagnoseCommand(d, out3.f, err3.f), 0);
+  const std::string json = out3.Text();
+  EXPECT_EQ(json.find("bundle "), std::string::npos);  // JSON lines only
+  EXPECT_NE(json.find("\"schema\":\"ithbat.diagnosis/v1\""), std::string::npos) << json;
+
+  ReportCommandOptions rep{bundle, (dir.path() / "r.html").string()};
+  Capture out5, err5;
+  ASSERT_EQ(RunReportCommand(rep, out5.f, err5.f), 0) << err5.Text();
+  std::ifstream html(rep.output);
+  std::stringstream ss;
+  ss << html.rdbuf();
+  EXPECT_NE(ss.str().find("<svg"), std::string::npos);
+
+  // Tampered evidence: the recorded verdict no longer matches what the data says.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(bundle.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "UPDATE diagnoses SET json = replace(json, '\"verdict\":\"job\"', "
+                         "'\"verdict\":\"infrastructure\"')",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  d.json = false;
+  Capture out4, err4;
+  EXPECT_EQ(RunDiagnoseCommand(d, out4.f, err4.f), 3);
+  EXPECT_NE(err4.Text().find("differs from the 1 diagnosis(es) recorded"), std::string::npos) << err4.Text();
+}
+
+TEST(EvidenceCommands, UsageErrorsAreExitTwoAndMissingSourcesExitOne) {
+  Capture out, err;
+  RecordCommandOptions r;
+  r.job = "77";
+  r.output = "/nonexistent/x.ithbat";
+  EXPECT_EQ(RunRecordCommand(r, out.f, err.f), 2);  // no source
+  r.data_dirs = {"/nonexistent/dir"};
+  EXPECT_EQ(RunRecordCommand(r, out.f, err.f), 1);
+  r.window = "soon";
+  EXPECT_EQ(RunRecordCommand(r, out.f, err.f), 2);
+
+  DiagnoseCommandOptions d;
+  EXPECT_EQ(RunDiagnoseCommand(d, out.f, err.f), 2);  // no source
+  d.bundle = "/nonexistent/b.ithbat";
+  d.hub = "127.0.0.1:1";
+  EXPECT_EQ(RunDiagnoseCommand(d, out.f, err.f), 2);  // two sources
+  d.hub.clear();
+  EXPECT_EQ(RunDiagnoseCommand(d, out.f, err.f), 1);
+  EXPECT_NE(err.Text().find("/nonexistent/b.ithbat"), std::string::npos);
+}
+
+TEST(DiagnosisText, VerdictFirstColourOnlyWhenAskedNoControlCharacters) {
+  Diagnosis d;
+  d.id = "dx-1";
+  d.verdict = Verdict::kInfrastructure;
+  d.cause = Cause::kStorage;
+  d.subjects.job = "job\x1b[2Jevil";
+  d.summary = "stalled";
+  d.evidence.push_back({"ithbat_io_seconds_total", "sched_io", "/mnt", 1.5, 0.25, "s", "slow\rnote", {}});
+  d.fix = "Move the checkpoints.";
+  const std::string plain = FormatDiagnosisText(d, false);
+  EXPECT_EQ(plain.rfind("infrastructure: storage", 0), 0u) << plain;
+  EXPECT_EQ(plain.find('\x1b'), std::string::npos) << plain;
+  EXPECT_EQ(plain.find('\r'), std::string::npos);
+  EXPECT_NE(plain.find("job?[2Jevil"), std::string::npos);
+  EXPECT_NE(plain.find("observed 1.5 vs expected 0.25 s"), std::string::npos) << plain;
+  const std::string coloured = FormatDiagnosisText(d, true);
+  EXPECT_NE(coloured.find("\x1b[1;31minfrastructure: storage"), std::string::npos) << coloured;
+  EXPECT_NE(FormatDiagnosesText({}, false).find("no diagnosis"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ithbat::cli
