@@ -8,10 +8,12 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
 #include "cli/diagnosis_text.h"
+#include "serve/http_server.h"
 #include "store/store.h"
 #include "testutil/synthetic_fleet.h"
 #include "testutil/testutil.h"
@@ -110,6 +112,44 @@ TEST(EvidenceCommands, RecordThenDiagnoseGivesTheRecordedDiagnosis) {
   Capture out4, err4;
   EXPECT_EQ(RunDiagnoseCommand(d, out4.f, err4.f), 3);
   EXPECT_NE(err4.Text().find("differs from the 1 diagnosis(es) recorded"), std::string::npos) << err4.Text();
+}
+
+TEST(EvidenceCommands, RecordFromARunningAgentOverItsApi) {
+  // A running agent's HTTP API over the rotating-straggler store of node n1.
+  testutil::SyntheticFleet fleet;
+  fleet.RotatingStraggler("n1", 60);
+  serve::ServerOptions so;
+  so.port = 0;
+  auto server = serve::HttpServer::Start(fleet.Node("n1"), {}, so);
+  ASSERT_TRUE(server.has_value()) << server.error().ToString();
+  ithbat::testing::TempDir dir;
+  RecordCommandOptions r;
+  r.job = "77";
+  r.output = (dir.path() / "live.ithbat").string();
+  r.agents = {fmt::format("n1=127.0.0.1:{}", (*server)->port())};
+  // The synthetic data lies at kT0 (2027): the window must say so, the default ends now.
+  r.from = std::to_string(kT0 / kNsPerSec);
+  r.to = std::to_string(kT0 / kNsPerSec + 120);
+  Capture out, err;
+  ASSERT_EQ(RunRecordCommand(r, out.f, err.f), 0) << err.Text();
+  EXPECT_NE(out.Text().find("1 diagnosis(es)"), std::string::npos) << out.Text();
+
+  DiagnoseCommandOptions d;
+  d.bundle = r.output;
+  d.json = true;
+  Capture out2, err2;
+  ASSERT_EQ(RunDiagnoseCommand(d, out2.f, err2.f), 0) << err2.Text();
+  EXPECT_NE(out2.Text().find("\"cause\":\"data_imbalance\""), std::string::npos) << out2.Text();
+  EXPECT_NE(out2.Text().find("\"n1\""), std::string::npos) << "the node is named as given";
+
+  // An agent that is not there: exit 1 with its address, no file left behind.
+  RecordCommandOptions gone = r;
+  gone.output = (dir.path() / "gone.ithbat").string();
+  gone.agents = {"127.0.0.1:1"};
+  Capture out3, err3;
+  EXPECT_EQ(RunRecordCommand(gone, out3.f, err3.f), 1);
+  EXPECT_NE(err3.Text().find("127.0.0.1:1"), std::string::npos) << err3.Text();
+  EXPECT_FALSE(std::filesystem::exists(gone.output));
 }
 
 TEST(EvidenceCommands, UsageErrorsAreExitTwoAndMissingSourcesExitOne) {
