@@ -61,6 +61,24 @@ void PrintDiagnoses(const std::vector<Diagnosis>& ds, bool json, bool color, std
   }
 }
 
+remote::AgentClientOptions ClientOptions(const remote::HostPort& hp, const std::string& token) {
+  remote::AgentClientOptions co;
+  co.host = hp.host;
+  co.port = hp.port;
+  co.bearer_token = token;
+  return co;
+}
+
+// A store that holds a copy of what a source had: nothing is dropped by age (retention is the
+// source's business) and the memory bound is generous (a bundle's window, not an agent's day).
+store::StoreOptions CopyStoreOptions(const std::string& data_dir = "") {
+  store::StoreOptions so;
+  so.data_dir = data_dir;
+  so.retention = 365LL * 24 * 3600 * kNsPerSec;
+  so.memory_budget_bytes = 8ull << 30;
+  return so;
+}
+
 std::vector<std::string> Dumped(const std::vector<Diagnosis>& ds) {
   std::vector<std::string> out;
   for (const auto& d : ds) out.push_back(investigate::ToJson(d).dump());
@@ -159,11 +177,7 @@ int RunRecordCommand(const RecordCommandOptions& o, std::FILE* out, std::FILE* e
       fmt::print(err, "ithbat record: {}: not a directory\n", dir);
       return 1;
     }
-    store::StoreOptions so;
-    so.data_dir = dir;
-    so.retention = 365LL * 24 * 3600 * kNsPerSec;  // read what is there; retention is the agent's business
-    so.memory_budget_bytes = 8ull << 30;
-    auto s = store::Store::Open(so);
+    auto s = store::Store::Open(CopyStoreOptions(dir));
     if (!s) {
       fmt::print(err, "ithbat record: {}: {} (an agent still running on it holds its lock: use --agent)\n",
                  dir, s.error().message);
@@ -193,15 +207,8 @@ int RunRecordCommand(const RecordCommandOptions& o, std::FILE* out, std::FILE* e
         fmt::print(err, "ithbat record: node '{}' given twice (name them: --agent NODE=HOST:PORT)\n", node);
         return 2;
       }
-      remote::AgentClientOptions co;
-      co.host = hp->host;
-      co.port = hp->port;
-      co.bearer_token = *token;
-      remote::AgentClient client(co);
-      store::StoreOptions so;
-      so.retention = 365LL * 24 * 3600 * kNsPerSec;
-      so.memory_budget_bytes = 8ull << 30;
-      auto s = store::Store::Open(so);
+      remote::AgentClient client(ClientOptions(*hp, *token));
+      auto s = store::Store::Open(CopyStoreOptions());
       if (!s) {
         fmt::print(err, "ithbat record: {}\n", s.error().message);
         return 1;
@@ -297,11 +304,7 @@ int RunDiagnoseCommand(const DiagnoseCommandOptions& o, std::FILE* out, std::FIL
       fmt::print(err, "ithbat diagnose: {}: {}\n", a, hp.error().message);
       return 2;
     }
-    remote::AgentClientOptions co;
-    co.host = hp->host;
-    co.port = hp->port;
-    co.bearer_token = *token;
-    remote::AgentClient client(co);
+    remote::AgentClient client(ClientOptions(*hp, *token));
     auto ds = client.Diagnoses();
     if (!ds) {
       fmt::print(err, "ithbat diagnose: {}: {}\n", client.Address(), ds.error().message);

@@ -205,20 +205,9 @@ Status Hub::Round(TimeNs now) {
     }
   }
   const TimeNs from = now - options_.lookback;
-  std::vector<Diagnosis> result;
-  std::string failure;
-  try {
-    const detect::FleetView fleet = detect::FleetView::Borrowing(stores);
-    const detect::FleetView view = fleet.AsOf(now);
-    const std::vector<detect::JobView> jobs = detect::DiscoverJobs(view, from, now);
-    const std::vector<Finding> findings = detect::RunDetectors(detect::DetectInput{view, jobs, from, now});
-    result = investigator_.Update(findings, view, jobs, now);
-  } catch (const std::exception& e) {
-    failure = e.what();
-    if (failure.empty()) failure = "exception without a message";
-  } catch (...) {
-    failure = "unknown exception";
-  }
+  auto round = investigator_.Round(detect::FleetView::Borrowing(stores), from, now);
+  const std::string failure = round ? std::string() : round.error().message;
+  std::vector<Diagnosis> result = round ? std::move(*round) : std::vector<Diagnosis>{};
 
   std::vector<Diagnosis> published;
   if (failure.empty()) {
@@ -263,7 +252,7 @@ Status Hub::Round(TimeNs now) {
       current_ = published;
     }
   }
-  if (!failure.empty()) return MakeError(ErrorCode::kInternal, "hub diagnosis round failed: " + failure);
+  if (!failure.empty()) return MakeError(ErrorCode::kInternal, "hub " + failure);
   if (observer_) observer_(published);
   return Ok();
 }

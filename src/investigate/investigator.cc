@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <set>
 
 #include <fmt/core.h>
@@ -202,6 +203,22 @@ std::vector<Diagnosis> Investigator::Update(const std::vector<Finding>& findings
   }
   std::stable_sort(out.begin(), out.end(), [](const Diagnosis& a, const Diagnosis& b) { return a.opened_at < b.opened_at; });
   return out;
+}
+
+Result<std::vector<Diagnosis>> Investigator::Round(const detect::FleetView& fleet, TimeNs from, TimeNs now) {
+  std::string failure;
+  try {
+    const detect::FleetView view = fleet.AsOf(now);
+    const std::vector<detect::JobView> jobs = detect::DiscoverJobs(view, from, now);
+    const std::vector<Finding> findings = detect::RunDetectors(detect::DetectInput{view, jobs, from, now});
+    return Update(findings, view, jobs, now);
+  } catch (const std::exception& e) {
+    failure = e.what();
+    if (failure.empty()) failure = "exception without a message";
+  } catch (...) {
+    failure = "unknown exception";
+  }
+  return MakeError(ErrorCode::kInternal, "diagnosis round failed: " + failure);
 }
 
 }  // namespace ithbat::investigate

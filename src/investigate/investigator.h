@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/finding.h"
+#include "core/result.h"
 #include "detect/fleet_view.h"
 #include "detect/jobs.h"
 
@@ -40,6 +41,11 @@ class Investigator {
   // Returns every diagnosis not resolved longer than resolve_after ago, in opened order.
   std::vector<Diagnosis> Update(const std::vector<Finding>& findings, const detect::FleetView& view,
                                 const std::vector<detect::JobView>& jobs, TimeNs now);
+  // One live round over `fleet` as of `now` looking back to `from`: the view clamped to now, the
+  // jobs discovered once, every detector, Update. A detector or rule that throws does not escape:
+  // the round fails with kInternal naming what was thrown (a detector that throws leaves the
+  // incidents untouched). The agent's node-local engine and the hub both call this.
+  Result<std::vector<Diagnosis>> Round(const detect::FleetView& fleet, TimeNs from, TimeNs now);
 
  private:
   InvestigateOptions options_;

@@ -15,29 +15,17 @@ NodeDiagnoser::NodeDiagnoser(NodeDiagnoserOptions options)
 Status NodeDiagnoser::Round(const store::Store& store, const std::string& node, TimeNs now) {
   const TimeNs started = MonotonicNowNs();
   const TimeNs from = now - options_.lookback;
-  std::vector<Diagnosis> result;
-  std::string failure;
-  try {
-    const detect::FleetView view = detect::FleetView::Borrowing({{node, &store}}).AsOf(now);
-    const std::vector<detect::JobView> jobs = detect::DiscoverJobs(view, from, now);
-    const std::vector<Finding> findings = detect::RunDetectors(detect::DetectInput{view, jobs, from, now});
-    result = investigator_.Update(findings, view, jobs, now);
-  } catch (const std::exception& e) {
-    failure = e.what();
-    if (failure.empty()) failure = "exception without a message";
-  } catch (...) {
-    failure = "unknown exception";
-  }
+  auto result = investigator_.Round(detect::FleetView::Borrowing({{node, &store}}), from, now);
   const TimeNs duration = MonotonicNowNs() - started;
   std::lock_guard lock(mu_);
   ++stats_.rounds;
   stats_.last_round_duration = duration;
   stats_.last_round_at = now;
-  if (!failure.empty()) {
+  if (!result) {
     ++stats_.errors;
-    return MakeError(ErrorCode::kInternal, "diagnosis round failed: " + failure);
+    return std::unexpected(result.error());
   }
-  current_ = std::move(result);
+  current_ = std::move(*result);
   return Ok();
 }
 
