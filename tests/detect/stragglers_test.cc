@@ -168,6 +168,24 @@ TEST(Stragglers, ThermalNeedsTheClockBelowPeersAndTheEventHeld) {
   EXPECT_EQ(Detect(Persistent(kThermalClockRatio - 0.01, kThermalActiveShare + 0.05)).size(), 1u);
 }
 
+TEST(Stragglers, EveryThrottledGpuIsNamedAndTheReferenceRunsFree) {
+  // Ranks 2 and 3 both run hot (a failed fan tray); 2 is the slower one, hence always last.
+  Shape s = Persistent(0.7, 1.0);
+  s.clock = [](int r) { return r == 2 ? 1980.0 * 0.7 : r == 3 ? 1980.0 * 0.75 : 1980.0; };
+  s.thermal = [](int r, int) { return r >= 2; };
+  auto f = Detect(s);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kThermalPower);
+  EXPECT_EQ(f[0].subjects.gpus, (std::vector<GpuRef>{{"n1", 2, "GPU-2"}, {"n1", 3, "GPU-3"}}));
+  ASSERT_EQ(f[0].subjects.ranks.size(), 2u);
+  EXPECT_EQ(f[0].subjects.ranks[1].rank, 3);
+  // Every GPU hot: nothing runs free to compare with, and among equals the clock is no reason
+  // (the node-local view of a hot node; the hub sees the other nodes' GPUs).
+  s.thermal = [](int, int) { return true; };
+  s.clock = [](int r) { return r == 2 ? 1980.0 * 0.7 * 0.95 : 1980.0 * 0.7; };
+  EXPECT_TRUE(Detect(s).empty());
+}
+
 TEST(Stragglers, ThePowerCapIsNotAThermalReason) {
   Shape s = Persistent(0.85, 1.0);
   s.reason = "sw_power_cap";  // every loaded GPU shows it

@@ -339,9 +339,23 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
     const TimeWindow w{from, to};
     // The SM clock of every GPU of the job, for the peer median.
     std::map<const RankProcess*, double> sm_clock;
+    std::map<const RankProcess*, double> thermal_of;  // share of samples under a thermal/brake event
     for (const auto& p : job.processes) {
-      if (!p.gpu_uuid.empty()) sm_clock[&p] = GpuMean(in.view, p, ",clock=\"sm\"", from, to, "ithbat_gpu_clock_hertz");
+      if (p.gpu_uuid.empty()) continue;
+      sm_clock[&p] = GpuMean(in.view, p, ",clock=\"sm\"", from, to, "ithbat_gpu_clock_hertz");
+      thermal_of[&p] = ThermalShare(in.view, p, from, to, nullptr);
     }
+    // The clock a GPU is compared with: the median of the job's other GPUs that run free of
+    // thermal/brake events (a whole hot node must not be its own reference), else of all others.
+    auto reference_clock = [&](const RankProcess* self) {
+      std::vector<double> free_running, all;
+      for (const auto& [q, c] : sm_clock) {
+        if (q == self || !std::isfinite(c)) continue;
+        all.push_back(c);
+        if (thermal_of[q] < kThermalActiveShare) free_running.push_back(c);
+      }
+      return free_running.empty() ? Median(all) : Median(free_running);
+    };
     Finding imbalance;
     Finding host;
     std::vector<Finding> persistent_findings;  // thermal_power, nvlink, gpu_hardware (PCIe), persistent extra work
@@ -368,12 +382,8 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
                       node, 100 * v.wait_share, n.lag, n.rank_seconds, n.aligned);
       if (v.kind == NodeVerdict::kPersistent) {
         const RankProcess& p = *v.persistent->process;
-        std::vector<double> peers;
-        for (const auto& [q, c] : sm_clock) {
-          if (q != &p && std::isfinite(c)) peers.push_back(c);
-        }
         const double clock = sm_clock[&p];
-        const double peer = Median(peers);
+        const double peer = reference_clock(&p);
         TimeNs first_run = 0;
         const double thermal_share = ThermalShare(in.view, p, from, to, &first_run);
         const double ratio = std::isfinite(clock) && peer > 0 ? clock / peer : 1;
@@ -385,6 +395,19 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
           f.subjects.nodes = {node};
           f.subjects.ranks = {p.Ref()};
           f.subjects.gpus = {p.Gpu()};
+          // The other GPUs of the job held down the same way (a hot node, a failed fan tray): the
+          // last one to arrive is only the slowest of them; the job waits for all of them.
+          std::vector<std::string> also;
+          for (const auto& [q, c] : sm_clock) {
+            if (q == &p || !std::isfinite(c) || thermal_of[q] < kThermalActiveShare) continue;
+            if (c > kThermalClockRatio * peer) continue;
+            f.subjects.ranks.push_back(q->Ref());
+            f.subjects.gpus.push_back(q->Gpu());
+            if (std::find(f.subjects.nodes.begin(), f.subjects.nodes.end(), q->node) == f.subjects.nodes.end()) {
+              f.subjects.nodes.push_back(q->node);
+            }
+            also.push_back(fmt::format("{}:{} ({:.0f}%)", q->node, q->gpu, 100 * c / peer));
+          }
           f.window = {first_run > 0 ? first_run : from, to};
           f.provable_at = to;
           f.confidence = 0.9;
@@ -396,8 +419,8 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
                                   w));
           f.evidence.push_back(MakeEvidence("ithbat_gpu_clock_hertz{clock=\"sm\"}", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
                                   clock / 1e6, peer / 1e6, "MHz",
-                                  fmt::format("its GPU's SM clock averaged {:.0f} MHz, {:.0f}% of the job's other GPUs' "
-                                              "median {:.0f} MHz",
+                                  fmt::format("its GPU's SM clock averaged {:.0f} MHz, {:.0f}% of the median {:.0f} MHz "
+                                              "of the job's GPUs running free of thermal/brake events",
                                               clock / 1e6, 100 * ratio, peer / 1e6),
                                   w));
           f.evidence.push_back(MakeEvidence("ithbat_gpu_clock_event_active", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
@@ -408,9 +431,24 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
                                   w));
           f.evidence.push_back(MakeEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, node, 100 * v.wait_share,
                                   0, "% of rank time", wait_note, w));
-          f.summary = fmt::format("GPU {}:{} (rank {}) runs at {:.0f}% of its peers' SM clock under a thermal/power "
-                                  "slowdown and is the last arrival at {:.0f}% of collectives: the job waits for it",
-                                  node, p.gpu, p.rank, 100 * ratio, 100 * v.top_share);
+          if (!also.empty()) {
+            f.evidence.push_back(MakeEvidence(
+                "ithbat_gpu_clock_hertz{clock=\"sm\"}", kCollectorGpu, fmt::format("{} more GPU(s)", also.size()), 0, 0,
+                "", fmt::format("the job's other GPUs under a thermal/power slowdown, SM clock against the free-running "
+                                "GPUs' median: {}",
+                                fmt::join(also, ", ")),
+                w));
+          }
+          f.summary = also.empty()
+                          ? fmt::format("GPU {}:{} (rank {}) runs at {:.0f}% of its peers' SM clock under a "
+                                        "thermal/power slowdown and is the last arrival at {:.0f}% of collectives: "
+                                        "the job waits for it",
+                                        node, p.gpu, p.rank, 100 * ratio, 100 * v.top_share)
+                          : fmt::format("{} of the job's GPUs run under a thermal/power slowdown at {:.0f}% or less "
+                                        "of the free-running GPUs' SM clock (slowest {}:{}, rank {}, the last "
+                                        "arrival at {:.0f}% of collectives): the job waits for them",
+                                        also.size() + 1, 100 * kThermalClockRatio, node, p.gpu, p.rank,
+                                        100 * v.top_share);
           AddCost(f, n.lag, n.rank_seconds);
           persistent_findings.push_back(std::move(f));
         }
