@@ -179,6 +179,9 @@ TEST(Stragglers, EveryThrottledGpuIsNamedAndTheReferenceRunsFree) {
   EXPECT_EQ(f[0].subjects.gpus, (std::vector<GpuRef>{{"n1", 2, "GPU-2"}, {"n1", 3, "GPU-3"}}));
   ASSERT_EQ(f[0].subjects.ranks.size(), 2u);
   EXPECT_EQ(f[0].subjects.ranks[1].rank, 3);
+  // The cost comes from the clocks, not the node-local wait: busy 80% at ~72% of the clock.
+  EXPECT_NEAR(f[0].speedup_with_fix, 1.0 / (1.0 - 0.8 * (1.0 - 0.725)), 0.01);
+  EXPECT_NE(f[0].baseline_origin.find("busy share"), std::string::npos);
   // Every GPU hot: nothing runs free to compare with, and among equals the clock is no reason
   // (the node-local view of a hot node; the hub sees the other nodes' GPUs).
   s.thermal = [](int, int) { return true; };

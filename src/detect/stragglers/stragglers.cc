@@ -450,6 +450,33 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
                                         also.size() + 1, 100 * kThermalClockRatio, node, p.gpu, p.rank,
                                         100 * v.top_share);
           AddCost(f, n.lag, n.rank_seconds);
+          if (!also.empty()) {
+            // Several GPUs held down: the node-local wait says little (the hot GPUs wait for each
+            // other); the whole job runs at their pace. Each hot GPU's busy time stretches by the
+            // clock ratio: the step time without the cause is the busy share at the free-running
+            // clock plus the rest.
+            std::vector<double> ratios, busy;
+            for (const auto& g : f.subjects.ranks) {
+              const RankProcess* q = job.Process(g.rank, g.node);
+              if (q == nullptr || !std::isfinite(sm_clock[q]) || peer <= 0) continue;
+              ratios.push_back(sm_clock[q] / peer);
+              const double u = GpuMean(in.view, *q, "", from, to, "ithbat_gpu_utilization_ratio");
+              if (std::isfinite(u)) busy.push_back(std::clamp(u, 0.0, 1.0));
+            }
+            const double r = Median(ratios), u = busy.empty() ? 0 : Median(busy);
+            if (std::isfinite(r) && r > 0 && r < 1 && u > 0) {
+              const double speedup = 1.0 / (1.0 - u * (1.0 - r));
+              if (speedup > f.speedup_with_fix) {
+                f.speedup_with_fix = speedup;
+                f.lost_gpu_seconds = static_cast<double>(sm_clock.size()) * static_cast<double>(to - f.window.start) /
+                                     kNsPerSec * (1.0 - 1.0 / speedup);
+                f.baseline_origin = fmt::format(
+                    "the hot GPUs' SM clock ({:.0f}% of the free-running GPUs' median) applied to their busy share "
+                    "({:.0f}%): a compute-bound step scales with the clock",
+                    100 * r, 100 * u);
+              }
+            }
+          }
           persistent_findings.push_back(std::move(f));
         }
         if (ratio <= kThermalClockRatio && thermal_share >= kThermalActiveShare) continue;
