@@ -150,6 +150,17 @@ wait_until 20 "the hub serving /api/v1/diagnoses" hub_diagnoses
 [[ $(metric_value "$HUB" "ithbat_hub_agent_up{agent=\"127.0.0.1:$PORT_b\",node=\"node-b\"}") == 1 ]] ||
   fail "ithbat_hub_agent_up of agent B is not 1"
 
+# `ithbat diagnose` asks the hub, and the agents, for the same schema v1 (exit 0: every source answered).
+"$ITHBAT" diagnose --hub "127.0.0.1:$port" --json >"$WORK/diagnose-hub.jsonl" || fail "ithbat diagnose --hub failed"
+python3 "$WORK/validate.py" "$WORK/diagnose-hub.jsonl" >/dev/null || fail "ithbat diagnose --hub printed a line that is not schema v1"
+"$ITHBAT" diagnose --agent "127.0.0.1:$PORT_a" --agent "127.0.0.1:$PORT_b" --token-file "$WORK/token" --color always \
+  >"$WORK/diagnose-agents.txt" || fail "ithbat diagnose --agent failed"
+grep -Eq "no diagnosis|: " "$WORK/diagnose-agents.txt" || fail "ithbat diagnose --agent printed nothing"
+if "$ITHBAT" diagnose --agent "127.0.0.1:$PORT_a" 2>"$WORK/diagnose-noauth.err" >/dev/null; then
+  fail "ithbat diagnose --agent without the token succeeded"
+fi
+grep -q "127.0.0.1:$PORT_a" "$WORK/diagnose-noauth.err" || fail "no clear error naming the agent: $(cat "$WORK/diagnose-noauth.err")"
+
 # 3. Agent B goes away; the hub goes on.
 kill -KILL "$PID_b"
 wait "$PID_b" 2>/dev/null || true
