@@ -6,8 +6,9 @@
 // the agent's JSON error bodies (docs/http-api.md); requests are bounded in size and time.
 //
 // A server of its own rather than serve::HttpServer: that one serves a store (series, events,
-// steps) and collector health, the hub serves neither; the answers themselves (the diagnoses
-// document, the error bodies, the token compare) are serve's, reused.
+// steps) and collector health, the hub serves neither. The httplib machinery (binding, threads,
+// limits, the token check, 405s, JSON error bodies) is serve::HttpBase, the agent's, shared; the
+// answers themselves (the diagnoses document, the error bodies) are serve's, reused.
 #include <cstdint>
 #include <functional>
 #include <memory>
