@@ -54,6 +54,21 @@ free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
+# listen_port NAME PID LOG: waits until the process PID logs "listening on 127.0.0.1:PORT" in
+# LOG (20 s at most; fails if it exits first) and prints PORT.
+listen_port() {
+  local name=$1 pid=$2 log=$3
+  local deadline=$((SECONDS + 20))
+  local port=""
+  while [[ -z $port ]]; do
+    kill -0 "$pid" 2>/dev/null || fail "$name exited before it listened"
+    ((SECONDS < deadline)) || fail "$name did not log 'listening on' within 20s"
+    port=$(grep -Eo 'listening on 127\.0\.0\.1:[0-9]+' "$log" | head -n 1 | sed 's/.*://' || true)
+    [[ -n $port ]] || sleep 0.1
+  done
+  echo "$port"
+}
+
 # start_agent NAME ARGS...: starts `ithbat agent` on a free loopback port with stderr in
 # $WORK/NAME.log; sets AGENT_PID and AGENT_URL once it logs "listening on".
 start_agent() {
@@ -63,14 +78,8 @@ start_agent() {
   "$ITHBAT" agent --listen 127.0.0.1:0 "$@" 2>"$log" &
   AGENT_PID=$!
   STARTED_PIDS+=("$AGENT_PID")
-  local deadline=$((SECONDS + 20))
-  local port=""
-  while [[ -z $port ]]; do
-    kill -0 "$AGENT_PID" 2>/dev/null || fail "agent $name exited before it listened"
-    ((SECONDS < deadline)) || fail "agent $name did not log 'listening on' within 20s"
-    port=$(grep -Eo 'listening on 127\.0\.0\.1:[0-9]+' "$log" | head -n 1 | sed 's/.*://' || true)
-    [[ -n $port ]] || sleep 0.1
-  done
+  local port
+  port=$(listen_port "agent $name" "$AGENT_PID" "$log") || exit 1
   AGENT_URL="http://127.0.0.1:$port"
 }
 

@@ -114,14 +114,7 @@ echo "hub --once: $(wc -l <"$WORK/once.jsonl") diagnosis line(s), all schema v1"
   --agent-token-file "$WORK/token" --listen 127.0.0.1 --port 0 --interval 500ms 2>"$WORK/hub.log" &
 HUB_PID=$!
 STARTED_PIDS+=("$HUB_PID")
-port=""
-deadline=$((SECONDS + 20))
-while [[ -z $port ]]; do
-  kill -0 "$HUB_PID" 2>/dev/null || fail "the hub exited before it listened"
-  ((SECONDS < deadline)) || fail "the hub did not log 'listening on' within 20s"
-  port=$(grep -Eo 'listening on 127\.0\.0\.1:[0-9]+' "$WORK/hub.log" | head -n 1 | sed 's/.*://' || true)
-  [[ -n $port ]] || sleep 0.1
-done
+port=$(listen_port "the hub" "$HUB_PID" "$WORK/hub.log") || exit 1
 HUB="http://127.0.0.1:$port"
 
 # health_is UP_A UP_B STALE: /healthz says so ("1"/"0" per agent, stale nodes comma-separated).
