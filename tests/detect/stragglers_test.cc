@@ -135,6 +135,20 @@ TEST(Stragglers, RoamingWithoutExtraWorkIsNotDataImbalance) {
   EXPECT_TRUE(Detect(s).empty());
 }
 
+TEST(Stragglers, TheWorkMustDifferMateriallyBetweenRanks) {
+  // The work proxy sums a rank's blocks over the last 1.5 s, i.e. two ticks here, and the late
+  // rank rotates every tick: two of the four ranks carry extra work x per window, so the
+  // coefficient of variation is 500x / (2000 + 500x): kMinWorkSpread (0.08) at x ≈ 0.348.
+  // Lateness follows the work in both.
+  Shape s;
+  s.late_grid = 1330;  // CV 0.076
+  EXPECT_TRUE(Detect(s).empty());
+  s.late_grid = 1370;  // CV 0.085
+  auto f = Detect(s);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kDataImbalance);
+}
+
 TEST(Stragglers, TooFewCollectivesAreNotJudged) {
   // Only the first kMinAlignedCollectives - 1 ticks have happened.
   FleetView v = Build(Shape{});

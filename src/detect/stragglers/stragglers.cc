@@ -43,6 +43,7 @@ struct RankData {
   Deltas aligned;  // aligned collectives
   Deltas grid;     // thread blocks launched (the work proxy)
   Deltas io;       // seconds inside write/fsync/close
+  Deltas runnable; // seconds its main thread waited for a CPU (sched_io)
   std::map<TimeNs, double> util;  // its GPU's utilisation samples
 };
 
@@ -57,9 +58,11 @@ struct NodeData {
 };
 
 std::map<std::string, Deltas> DeltasByPid(const FleetView& view, const std::string& node, const std::string& metric,
-                                          const std::string& job, TimeNs from, TimeNs to) {
+                                          const std::string& job, TimeNs from, TimeNs to,
+                                          const std::string& more_matchers = "") {
   std::map<std::string, Deltas> out;
-  for (const auto& [v, samples] : view.Samples(node, fmt::format("{}{{job_id={}}}", metric, Quote(job)), from, to)) {
+  for (const auto& [v, samples] :
+       view.Samples(node, fmt::format("{}{{job_id={}{}}}", metric, Quote(job), more_matchers), from, to)) {
     Deltas d = ToDeltas(samples);
     Deltas& into = out[Label(v.labels, "pid")];
     for (const auto& [t, x] : d) into[t] += x;
@@ -75,6 +78,8 @@ NodeData LoadNode(const FleetView& view, const JobView& job, const std::string& 
   auto aligned = DeltasByPid(view, node, "ithbat_probe_nccl_aligned_total", job.id, from, to);
   auto grid = DeltasByPid(view, node, "ithbat_probe_grid_blocks_total", job.id, from, to);
   auto io = DeltasByPid(view, node, "ithbat_io_seconds_total", job.id, from, to);
+  auto runnable = DeltasByPid(view, node, "ithbat_sched_offcpu_seconds_total", job.id, from, to,
+                              ",scope=\"main\",class=\"runnable\"");
   std::map<std::string, std::map<TimeNs, double>> util_by_uuid;
   for (const auto& [v, samples] : view.Samples(node, "ithbat_gpu_utilization_ratio", from, to)) {
     auto& u = util_by_uuid[Label(v.labels, "gpu_uuid")];
@@ -91,6 +96,7 @@ NodeData LoadNode(const FleetView& view, const JobView& job, const std::string& 
     r.aligned = aligned[pid];
     r.grid = grid[pid];
     r.io = io[pid];
+    r.runnable = runnable[pid];
     if (auto it = util_by_uuid.find(p.gpu_uuid); it != util_by_uuid.end()) r.util = it->second;
     n.total_last += Sum(r.last);
     n.aligned = std::max(n.aligned, Sum(r.aligned));
@@ -241,34 +247,15 @@ Starvation CountStarvation(const NodeData& n) {
 // late because it had more to compute makes it positive; a rank late because its host thread
 // was delayed launches the same work late, and the correlation stays near zero.
 struct WorkLag {
-  double correlation = std::nan("");
+  double correlation = std::nan("");  // work ~ lateness, CPU waits held fixed where measured
+  double raw = std::nan("");          // work ~ lateness
+  double cpu = std::nan("");          // CPU waits ~ lateness
+  double spread = std::nan("");       // per tick, the ranks' work's coefficient of variation, averaged
   size_t points = 0;
 };
 
-WorkLag CorrelateWorkAndLag(const NodeData& n) {
-  std::set<TimeNs> ticks;
-  for (const auto& r : n.ranks) {
-    for (const auto& [t, x] : r.lag) ticks.insert(t);
-  }
-  std::vector<double> xs, ys;
-  for (TimeNs t : ticks) {
-    std::vector<double> work, lag;
-    for (const auto& r : n.ranks) {
-      work.push_back(SumBetween(r.grid, t - 3 * kNsPerSec / 2, t));
-      auto it = r.lag.find(t);
-      lag.push_back(it == r.lag.end() ? 0 : it->second);
-    }
-    const double med = Median(work);
-    if (!(med > 0)) continue;  // launch probes detached on the node this tick: no proxy
-    const double mean_lag = Mean(lag);
-    for (size_t i = 0; i < work.size(); ++i) {
-      xs.push_back(work[i] / med);
-      ys.push_back(lag[i] - mean_lag);
-    }
-  }
-  WorkLag out;
-  out.points = xs.size();
-  if (xs.size() < 3) return out;
+double Correlation(const std::vector<double>& xs, const std::vector<double>& ys) {
+  if (xs.size() < 3) return std::nan("");
   const double mx = Mean(xs), my = Mean(ys);
   double sxy = 0, sxx = 0, syy = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
@@ -276,7 +263,53 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
     sxx += (xs[i] - mx) * (xs[i] - mx);
     syy += (ys[i] - my) * (ys[i] - my);
   }
-  if (sxx > 0 && syy > 0) out.correlation = sxy / std::sqrt(sxx * syy);
+  return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : std::nan("");
+}
+
+WorkLag CorrelateWorkAndLag(const NodeData& n) {
+  std::set<TimeNs> ticks;
+  for (const auto& r : n.ranks) {
+    for (const auto& [t, x] : r.lag) ticks.insert(t);
+  }
+  std::vector<double> xs, ys, zs, spreads;
+  for (TimeNs t : ticks) {
+    std::vector<double> work, lag, cpu;
+    for (const auto& r : n.ranks) {
+      work.push_back(SumBetween(r.grid, t - 3 * kNsPerSec / 2, t));
+      auto it = r.lag.find(t);
+      lag.push_back(it == r.lag.end() ? 0 : it->second);
+      cpu.push_back(SumBetween(r.runnable, t - 3 * kNsPerSec / 2, t));
+    }
+    const double med = Median(work);
+    if (!(med > 0)) continue;  // launch probes detached on the node this tick: no proxy
+    const double mean_lag = Mean(lag), mean_cpu = Mean(cpu);
+    {
+      const double m = Mean(work);
+      double ss = 0;
+      for (double w : work) ss += (w - m) * (w - m);
+      if (m > 0) spreads.push_back(std::sqrt(ss / static_cast<double>(work.size())) / m);
+    }
+    for (size_t i = 0; i < work.size(); ++i) {
+      xs.push_back(work[i] / med);
+      ys.push_back(lag[i] - mean_lag);
+      zs.push_back(cpu[i] - mean_cpu);
+    }
+  }
+  WorkLag out;
+  out.points = xs.size();
+  out.spread = spreads.empty() ? std::nan("") : Mean(spreads);
+  out.raw = Correlation(xs, ys);
+  out.correlation = out.raw;
+  // A rank descheduled by a busy host arrives late AND launches its work late, so on a loaded
+  // host work and lateness move together without any imbalance (seen: case04's packed rerun at
+  // 0.27 with its main threads waiting for a CPU 17% of the time). Where the main threads' CPU
+  // waits are measured, the work must explain the lateness with them held fixed (partial
+  // correlation).
+  const double wc = Correlation(xs, zs), lc = Correlation(ys, zs);
+  out.cpu = lc;
+  if (std::isfinite(out.raw) && std::isfinite(wc) && std::isfinite(lc) && std::fabs(wc) < 1 && std::fabs(lc) < 1) {
+    out.correlation = (out.raw - wc * lc) / std::sqrt((1 - wc * wc) * (1 - lc * lc));
+  }
   return out;
 }
 
@@ -609,6 +642,7 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
       if (st.HostBound()) continue;  // starved but input-bound: not data_imbalance either
       const WorkLag wl = CorrelateWorkAndLag(n);
       if (wl.points < kMinWorkLagPoints || !(wl.correlation >= kWorkLagCorrelation)) continue;
+      if (!(wl.spread >= kMinWorkSpread)) continue;  // the work hardly differs: not what they wait for
       roaming.push_back({node, n.ranks.size(), n.total_last, n.lag, n.rank_seconds, v, wl, mean_util, st.samples});
     }
     // data_imbalance: on every node it names, the last rank roams and its lateness follows its work.
@@ -646,8 +680,10 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
         imbalance.evidence.push_back(MakeEvidence("ithbat_probe_grid_blocks_total", kCollectorProbes, c.node, c.work.correlation,
                                         kWorkLagCorrelation, "correlation",
                                         fmt::format("{}: a rank's lateness follows its work — correlation {:.2f} between "
-                                                    "the thread blocks it launched and how late it arrived ({} rank-ticks)",
-                                                    c.node, c.work.correlation, c.work.points),
+                                                    "the thread blocks it launched and how late it arrived ({} rank-ticks; "
+                                                    "{:.2f} before holding its main thread's CPU waits fixed); the ranks' "
+                                                    "work per tick varies by {:.0f}% (coefficient of variation)",
+                                                    c.node, c.work.correlation, c.work.points, c.work.raw, 100 * c.work.spread),
                                         w));
         imbalance_lag += c.lag;
         imbalance_rank_seconds += c.rank_seconds;

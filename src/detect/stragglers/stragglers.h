@@ -76,6 +76,15 @@ inline constexpr double kSaveIoSeconds = 0.05;
 // and other runs −0.19–0.16.
 inline constexpr double kWorkLagCorrelation = 0.2;
 inline constexpr size_t kMinWorkLagPoints = 40;
+// ... and the work itself differs materially between ranks: the coefficient of variation of the
+// node's ranks' thread blocks per tick, averaged over ticks, is at least this. Measured in the
+// simulator: long-tailed unpacked lengths (lognormal σ 0.6) 0.12–0.15 over the whole run, just
+// above 0.08 at the first verdict of the 4-rank throttle-and-imbalance look-alike (0.09 delayed
+// it from 23 to 52 steps); a packed job's background jitter 0.066 — which, on a CPU-starved host (a CI run with 32 rank processes on 2 cores), still
+// correlated 0.27 with lateness and made its ranks wait 15%: the lateness was the host's, the
+// small work differences only ordered it. The correlation is also taken with each rank's main-
+// thread CPU waits (sched_io, runnable) held fixed where they are measured.
+inline constexpr double kMinWorkSpread = 0.08;
 
 // nvlink: the persistent rank's GPU gained at least this many NVLink errors (all counters, CRC
 // and replay) in the window, while the median of its peers gained fewer than this. A healthy
