@@ -39,6 +39,8 @@ struct Shape {
   std::function<std::pair<double, double>(int, int)> pcie = [](int, int) { return std::pair{5.0, 16.0}; };
   // A multiplier of rank r's thread blocks in every tick (persistent extra work).
   std::function<double(int)> work_factor = [](int) { return 1.0; };
+  // Share of each second rank r's host spends blocked in CUDA syncs (none: no series).
+  std::function<double(int)> sync_share;
 };
 
 testutil::Labels RankLabels(int r) {
@@ -93,6 +95,11 @@ FleetView Build(const Shape& s) {
     f.Series("n1", "ithbat_gpu_pcie_link_generation_max", MetricType::kGauge, gpu, std::vector<double>(kTicks, 5));
     f.Series("n1", "ithbat_gpu_pcie_link_width", MetricType::kGauge, gpu, width);
     f.Series("n1", "ithbat_gpu_pcie_link_width_max", MetricType::kGauge, gpu, std::vector<double>(kTicks, 16));
+    if (s.sync_share) {
+      std::vector<double> sync(kTicks);
+      for (int t = 0; t < kTicks; ++t) sync[t] = s.sync_share(r) * (t + 1);
+      f.Series("n1", "ithbat_probe_sync_blocked_seconds_total", MetricType::kCounter, lab, sync);
+    }
   }
   return f.TakeView();
 }
@@ -201,6 +208,27 @@ TEST(Stragglers, EveryThrottledGpuIsNamedAndTheReferenceRunsFree) {
   s.thermal = [](int, int) { return true; };
   s.clock = [](int r) { return r == 2 ? 1980.0 * 0.7 * 0.95 : 1980.0 * 0.7; };
   EXPECT_TRUE(Detect(s).empty());
+}
+
+// Ranks 2 and 3 hot at the same clock: the last arrival rotates, nobody is persistently last.
+Shape HotPair(double sync_gap) {
+  Shape s;
+  s.late_grid = s.other_grid;  // no imbalance
+  s.clock = [](int r) { return r >= 2 ? 1980.0 * 0.6 : 1980.0; };
+  s.thermal = [](int r, int) { return r >= 2; };
+  s.sync_share = [sync_gap](int r) { return r >= 2 ? 0.4 : 0.4 + sync_gap; };
+  return s;
+}
+
+TEST(Stragglers, HotGpusNobodyIsLastBehindAreFoundByWhoWaits) {
+  auto f = Detect(HotPair(kHotGpuWaitGap + 0.02));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kThermalPower);
+  EXPECT_EQ(f[0].subjects.gpus, (std::vector<GpuRef>{{"n1", 2, "GPU-2"}, {"n1", 3, "GPU-3"}}));
+  EXPECT_NEAR(f[0].speedup_with_fix, 1.0 / (1.0 - 0.8 * 0.4), 0.01);
+  // The free-running ranks must be the ones waiting: a smaller gap, or none, is no proof.
+  EXPECT_TRUE(Detect(HotPair(kHotGpuWaitGap - 0.02)).empty());
+  EXPECT_TRUE(Detect(HotPair(-0.2)).empty());
 }
 
 TEST(Stragglers, ThePowerCapIsNotAThermalReason) {

@@ -8,6 +8,8 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 
+#include "detect/breakdown/step_breakdown.h"
+
 namespace ithbat::detect {
 namespace {
 
@@ -688,6 +690,97 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
         imbalance_lag += c.lag;
         imbalance_rank_seconds += c.rank_seconds;
         max_corr = std::max(max_corr, c.work.correlation);
+      }
+    }
+    // A hot node (or any set of hot GPUs) no node's arrival order singles out: its GPUs are held
+    // down by thermal/brake events against the job's free-running GPUs, and the ranks on the
+    // free-running GPUs block in CUDA syncs for longer (they finish early and wait for the hot
+    // ones at the collective). Needs free-running GPUs to compare with: a view of several nodes.
+    const bool thermal_found = std::any_of(persistent_findings.begin(), persistent_findings.end(),
+                                           [](const Finding& f) { return f.cause == Cause::kThermalPower; });
+    if (!thermal_found) {
+      std::vector<const RankProcess*> hot, free_running;
+      std::vector<double> free_clocks;
+      for (const auto& [q, c] : sm_clock) {
+        if (!std::isfinite(c)) continue;
+        if (thermal_of[q] >= kThermalActiveShare) {
+          hot.push_back(q);
+        } else {
+          free_running.push_back(q);
+          free_clocks.push_back(c);
+        }
+      }
+      const double ref = Median(free_clocks);
+      std::erase_if(hot, [&](const RankProcess* q) { return !(ref > 0 && sm_clock[q] <= kThermalClockRatio * ref); });
+      if (!hot.empty() && !free_running.empty()) {
+        std::map<std::pair<std::string, int32_t>, double> sync;  // (node, rank) → blocked share
+        for (const auto& b : StepBreakdown(in.view, job, from, to)) sync[{b.rank.node, b.rank.rank}] = b.sync_blocked_share;
+        auto median_sync = [&](const std::vector<const RankProcess*>& ps) {
+          std::vector<double> v;
+          for (const RankProcess* q : ps) {
+            if (auto it = sync.find({q->node, q->rank}); it != sync.end()) v.push_back(it->second);
+          }
+          return Median(v);
+        };
+        const double sync_free = median_sync(free_running), sync_hot = median_sync(hot);
+        if (std::isfinite(sync_free) && std::isfinite(sync_hot) && sync_free - sync_hot >= kHotGpuWaitGap) {
+          Finding f;
+          f.verdict = Verdict::kInfrastructure;
+          f.cause = Cause::kThermalPower;
+          f.subjects.job = job.id;
+          std::vector<double> ratios, busy;
+          std::vector<std::string> names;
+          for (const RankProcess* q : hot) {
+            f.subjects.ranks.push_back(q->Ref());
+            f.subjects.gpus.push_back(q->Gpu());
+            if (std::find(f.subjects.nodes.begin(), f.subjects.nodes.end(), q->node) == f.subjects.nodes.end()) {
+              f.subjects.nodes.push_back(q->node);
+            }
+            ratios.push_back(sm_clock[q] / ref);
+            names.push_back(fmt::format("{}:{} ({:.0f}%)", q->node, q->gpu, 100 * sm_clock[q] / ref));
+            const double u = GpuMean(in.view, *q, "", from, to, "ithbat_gpu_utilization_ratio");
+            if (std::isfinite(u)) busy.push_back(std::clamp(u, 0.0, 1.0));
+          }
+          double thermal_min = 1;
+          for (const RankProcess* q : hot) thermal_min = std::min(thermal_min, thermal_of[q]);
+          f.window = w;
+          f.provable_at = to;
+          f.confidence = 0.8;
+          f.evidence.push_back(MakeEvidence(
+              "ithbat_gpu_clock_hertz{clock=\"sm\"}", kCollectorGpu, fmt::format("{} GPU(s)", hot.size()),
+              Median(ratios) * ref / 1e6, ref / 1e6, "MHz",
+              fmt::format("SM clock against the median {:.0f} MHz of the job's {} GPUs running free of thermal/brake "
+                          "events: {}",
+                          ref / 1e6, free_running.size(), fmt::join(names, ", ")),
+              w));
+          f.evidence.push_back(MakeEvidence("ithbat_gpu_clock_event_active", kCollectorGpu,
+                                            fmt::format("{} GPU(s)", hot.size()), 100 * thermal_min, 0, "% of samples",
+                                            fmt::format("a thermal or power-brake slowdown held each of them down in "
+                                                        "at least {:.0f}% of the samples",
+                                                        100 * thermal_min),
+                                            w));
+          f.evidence.push_back(MakeEvidence(
+              "ithbat_probe_sync_blocked_seconds_total", kCollectorProbes, "the job's ranks", 100 * sync_free, 100 * sync_hot,
+              "% of wall time",
+              fmt::format("the ranks on the free-running GPUs blocked in CUDA syncs {:.0f}% of their time, those on "
+                          "the hot GPUs {:.0f}%: the first wait for the second at every collective",
+                          100 * sync_free, 100 * sync_hot),
+              w));
+          const double r = Median(ratios), u = busy.empty() ? 0 : Median(busy);
+          if (r > 0 && r < 1 && u > 0) {
+            f.speedup_with_fix = 1.0 / (1.0 - u * (1.0 - r));
+            f.lost_gpu_seconds = static_cast<double>(sm_clock.size()) * static_cast<double>(to - from) / kNsPerSec *
+                                 (1.0 - 1.0 / f.speedup_with_fix);
+            f.baseline_origin = fmt::format(
+                "the hot GPUs' SM clock ({:.0f}% of the free-running GPUs' median) applied to their busy share "
+                "({:.0f}%): a compute-bound step scales with the clock",
+                100 * r, 100 * u);
+          }
+          f.summary = fmt::format("{} of the job's GPUs ({}) run under a thermal/power slowdown at {:.0f}% of the "
+                                  "free-running GPUs' SM clock, and the other ranks wait for them in every collective",
+                                  hot.size(), fmt::join(f.subjects.nodes, ", "), 100 * r);
+          persistent_findings.push_back(std::move(f));
+        }
       }
     }
     for (auto& f : persistent_findings) out.push_back(std::move(f));

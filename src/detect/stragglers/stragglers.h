@@ -86,6 +86,13 @@ inline constexpr size_t kMinWorkLagPoints = 40;
 // thread CPU waits (sched_io, runnable) held fixed where they are measured.
 inline constexpr double kMinWorkSpread = 0.08;
 
+// thermal_power without a persistent last rank (a whole hot node, whose GPUs are equally slow):
+// the hot GPUs (thermal/brake event in ≥ kThermalActiveShare of samples, clock ≤
+// kThermalClockRatio × the median of the job's free-running GPUs) are the job's bottleneck when
+// the ranks on the free-running GPUs block in CUDA syncs at least this share of wall time more
+// than the hot ones (median against median). Measured in the simulator's hot-node look-alike:
+// 75% against 49%; healthy ranks of one job differ by a few points.
+inline constexpr double kHotGpuWaitGap = 0.10;
 // nvlink: the persistent rank's GPU gained at least this many NVLink errors (all counters, CRC
 // and replay) in the window, while the median of its peers gained fewer than this. A healthy
 // link counts none for hours; the lab's link faults add hundreds.
