@@ -40,12 +40,12 @@ double SumBetween(const Deltas& d, TimeNs from, TimeNs to) {  // (from, to]
 // One rank's series on its node over the window.
 struct RankData {
   const RankProcess* process = nullptr;
-  Deltas last;     // aligned collectives it arrived last at
-  Deltas lag;      // seconds enqueued behind the first local rank
-  Deltas aligned;  // aligned collectives
-  Deltas grid;     // thread blocks launched (the work proxy)
-  Deltas io;       // seconds inside write/fsync/close
-  Deltas runnable; // seconds its main thread waited for a CPU (sched_io)
+  Deltas last;                    // aligned collectives it arrived last at
+  Deltas lag;                     // seconds enqueued behind the first local rank
+  Deltas aligned;                 // aligned collectives
+  Deltas grid;                    // thread blocks launched (the work proxy)
+  Deltas io;                      // seconds inside write/fsync/close
+  Deltas runnable;                // seconds its main thread waited for a CPU (sched_io)
   std::map<TimeNs, double> util;  // its GPU's utilisation samples
 };
 
@@ -59,9 +59,9 @@ struct NodeData {
   double rank_seconds = 0;
 };
 
-std::map<std::string, Deltas> DeltasByPid(const FleetView& view, const std::string& node, const std::string& metric,
-                                          const std::string& job, TimeNs from, TimeNs to,
-                                          const std::string& more_matchers = "") {
+std::map<std::string, Deltas> DeltasByPid(const FleetView& view, const std::string& node,
+                                          const std::string& metric, const std::string& job, TimeNs from,
+                                          TimeNs to, const std::string& more_matchers = "") {
   std::map<std::string, Deltas> out;
   for (const auto& [v, samples] :
        view.Samples(node, fmt::format("{}{{job_id={}{}}}", metric, Quote(job), more_matchers), from, to)) {
@@ -72,7 +72,8 @@ std::map<std::string, Deltas> DeltasByPid(const FleetView& view, const std::stri
   return out;
 }
 
-NodeData LoadNode(const FleetView& view, const JobView& job, const std::string& node, TimeNs from, TimeNs to) {
+NodeData LoadNode(const FleetView& view, const JobView& job, const std::string& node, TimeNs from,
+                  TimeNs to) {
   NodeData n;
   n.node = node;
   auto last = DeltasByPid(view, node, "ithbat_probe_nccl_last_arrivals_total", job.id, from, to);
@@ -125,9 +126,10 @@ NodeData LoadNode(const FleetView& view, const JobView& job, const std::string& 
 }
 
 // Mean of a GPU's gauge over [from, to] on its node; NaN when absent.
-double GpuMean(const FleetView& view, const RankProcess& p, const std::string& selector_tail, TimeNs from, TimeNs to,
-               const std::string& metric) {
-  auto m = view.Mean(p.node, fmt::format("{}{{gpu_uuid={}{}}}", metric, Quote(p.gpu_uuid), selector_tail), from, to);
+double GpuMean(const FleetView& view, const RankProcess& p, const std::string& selector_tail, TimeNs from,
+               TimeNs to, const std::string& metric) {
+  auto m = view.Mean(p.node, fmt::format("{}{{gpu_uuid={}{}}}", metric, Quote(p.gpu_uuid), selector_tail),
+                     from, to);
   if (m.empty()) return std::nan("");
   double s = 0;
   for (const auto& x : m) s += x.value;
@@ -140,9 +142,10 @@ double ThermalShare(const FleetView& view, const RankProcess& p, TimeNs from, Ti
   std::map<TimeNs, bool> active;
   for (const auto& [v, samples] : view.Samples(
            p.node,
-           fmt::format("ithbat_gpu_clock_event_active{{gpu_uuid={},reason=~\"sw_thermal_slowdown|hw_thermal_slowdown|"
-                       "hw_power_brake_slowdown|hw_slowdown\"}}",
-                       Quote(p.gpu_uuid)),
+           fmt::format(
+               "ithbat_gpu_clock_event_active{{gpu_uuid={},reason=~\"sw_thermal_slowdown|hw_thermal_slowdown|"
+               "hw_power_brake_slowdown|hw_slowdown\"}}",
+               Quote(p.gpu_uuid)),
            from, to)) {
     for (const auto& s : samples) active[s.t] = active[s.t] || s.v > 0.5;
   }
@@ -161,7 +164,8 @@ double ThermalShare(const FleetView& view, const RankProcess& p, TimeNs from, Ti
 double NvlinkErrorGrowth(const FleetView& view, const RankProcess& p, TimeNs from, TimeNs to) {
   double g = 0;
   for (const auto& [v, samples] :
-       view.Samples(p.node, fmt::format("ithbat_gpu_nvlink_errors_total{{gpu_uuid={}}}", Quote(p.gpu_uuid)), from, to)) {
+       view.Samples(p.node, fmt::format("ithbat_gpu_nvlink_errors_total{{gpu_uuid={}}}", Quote(p.gpu_uuid)),
+                    from, to)) {
     g += CounterGrowth(samples, from, to);
   }
   return g;
@@ -174,9 +178,11 @@ bool PcieDowntrained(const FleetView& view, const RankProcess& p, TimeNs from, T
   const double width = GpuMean(view, p, "", from, to, "ithbat_gpu_pcie_link_width");
   const double width_max = GpuMean(view, p, "", from, to, "ithbat_gpu_pcie_link_width_max");
   const bool gen_low = std::isfinite(gen) && std::isfinite(gen_max) && gen <= gen_max - kPcieGenerationDrop;
-  const bool width_low = std::isfinite(width) && std::isfinite(width_max) && width <= kPcieWidthShare * width_max;
+  const bool width_low =
+      std::isfinite(width) && std::isfinite(width_max) && width <= kPcieWidthShare * width_max;
   if (text != nullptr) {
-    *text = fmt::format("PCIe generation {:.1f} of {:.0f}, width x{:.0f} of x{:.0f}", gen, gen_max, width, width_max);
+    *text = fmt::format("PCIe generation {:.1f} of {:.0f}, width x{:.0f} of x{:.0f}", gen, gen_max, width,
+                        width_max);
   }
   return gen_low || width_low;
 }
@@ -191,6 +197,35 @@ double WorkRatio(const NodeData& n, const RankData& r) {
   return median > 0 ? Sum(r.grid) / median : std::nan("");
 }
 
+// The cost of GPUs held down by heat, from their clocks: each hot GPU's busy time stretches by
+// its clock ratio, so the step time without the cause is the busy share at the free-running
+// clock plus the rest. Raises f's expected speedup (and the GPU time lost by the job's `job_gpus`
+// GPUs over f's window) when this says more than what f holds.
+void AddClockCost(Finding& f, const FleetView& view, const std::vector<const RankProcess*>& hot,
+                  const std::map<const RankProcess*, double>& sm_clock, double ref, size_t job_gpus,
+                  TimeNs from, TimeNs to) {
+  std::vector<double> ratios, busy;
+  for (const RankProcess* q : hot) {
+    auto c = sm_clock.find(q);
+    if (c == sm_clock.end() || !std::isfinite(c->second) || !(ref > 0)) continue;
+    ratios.push_back(c->second / ref);
+    const double u = GpuMean(view, *q, "", from, to, "ithbat_gpu_utilization_ratio");
+    if (std::isfinite(u)) busy.push_back(std::clamp(u, 0.0, 1.0));
+  }
+  const double r = Median(ratios), u = busy.empty() ? 0 : Median(busy);
+  if (!(std::isfinite(r) && r > 0 && r < 1 && u > 0)) return;
+  const double speedup = 1.0 / (1.0 - u * (1.0 - r));
+  if (speedup <= f.speedup_with_fix) return;
+  f.speedup_with_fix = speedup;
+  f.lost_gpu_seconds = static_cast<double>(job_gpus) * static_cast<double>(to - f.window.start) / kNsPerSec *
+                       (1.0 - 1.0 / speedup);
+  f.baseline_origin = fmt::format(
+      "the hot GPUs' SM clock ({:.0f}% of the free-running GPUs' median) applied to their busy share "
+      "({:.0f}%): a "
+      "compute-bound step scales with the clock",
+      100 * r, 100 * u);
+}
+
 struct Starvation {
   int samples = 0;
   int followed_by_last = 0;
@@ -198,7 +233,8 @@ struct Starvation {
   TimeNs first = 0;
   TimeNs last_seen = 0;
   bool HostBound() const {
-    return samples >= kMinStarvedSamples && followed_by_last >= kStarvedLateShare * static_cast<double>(samples);
+    return samples >= kMinStarvedSamples &&
+           followed_by_last >= kStarvedLateShare * static_cast<double>(samples);
   }
 };
 
@@ -309,7 +345,8 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
   // correlation).
   const double wc = Correlation(xs, zs), lc = Correlation(ys, zs);
   out.cpu = lc;
-  if (std::isfinite(out.raw) && std::isfinite(wc) && std::isfinite(lc) && std::fabs(wc) < 1 && std::fabs(lc) < 1) {
+  if (std::isfinite(out.raw) && std::isfinite(wc) && std::isfinite(lc) && std::fabs(wc) < 1 &&
+      std::fabs(lc) < 1) {
     out.correlation = (out.raw - wc * lc) / std::sqrt((1 - wc * wc) * (1 - lc * lc));
   }
   return out;
@@ -346,7 +383,8 @@ NodeVerdict Classify(const NodeData& n) {
     if (l >= kRoamingMinFairShare * fair) ++v.spread;
   }
   v.top_share = top_last / n.total_last;
-  const double persistent_need = std::max(kPersistentLastShare, kPersistentFairShares / static_cast<double>(n.ranks.size()));
+  const double persistent_need =
+      std::max(kPersistentLastShare, kPersistentFairShares / static_cast<double>(n.ranks.size()));
   if (v.top_share >= persistent_need) {
     v.kind = NodeVerdict::kPersistent;
     v.persistent = top;
@@ -360,7 +398,8 @@ void AddCost(Finding& f, double lag_seconds, double rank_seconds) {
   f.lost_gpu_seconds += lag_seconds;
   const double share = rank_seconds > 0 ? std::min(lag_seconds / rank_seconds, 0.9) : 0;
   f.speedup_with_fix = std::max(f.speedup_with_fix, 1.0 / (1.0 - share));
-  f.baseline_origin = "the ranks' time without the wait for the last local rank at aligned collectives (host enqueue)";
+  f.baseline_origin =
+      "the ranks' time without the wait for the last local rank at aligned collectives (host enqueue)";
 }
 
 }  // namespace
@@ -374,11 +413,12 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
     const TimeWindow w{from, to};
     // The SM clock of every GPU of the job, for the peer median.
     std::map<const RankProcess*, double> sm_clock;
-    std::map<const RankProcess*, double> thermal_of;  // share of samples under a thermal/brake event
+    std::map<const RankProcess*, double> thermal_of;     // share of samples under a thermal/brake event
+    std::map<const RankProcess*, TimeNs> thermal_since;  // the first run of three such samples
     for (const auto& p : job.processes) {
       if (p.gpu_uuid.empty()) continue;
       sm_clock[&p] = GpuMean(in.view, p, ",clock=\"sm\"", from, to, "ithbat_gpu_clock_hertz");
-      thermal_of[&p] = ThermalShare(in.view, p, from, to, nullptr);
+      thermal_of[&p] = ThermalShare(in.view, p, from, to, &thermal_since[&p]);
     }
     // The clock a GPU is compared with: the median of the job's other GPUs that run free of
     // thermal/brake events (a whole hot node must not be its own reference), else of all others.
@@ -393,7 +433,8 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
     };
     Finding imbalance;
     Finding host;
-    std::vector<Finding> persistent_findings;  // thermal_power, nvlink, gpu_hardware (PCIe), persistent extra work
+    std::vector<Finding>
+        persistent_findings;  // thermal_power, nvlink, gpu_hardware (PCIe), persistent extra work
     double imbalance_lag = 0, imbalance_rank_seconds = 0, host_lag = 0, host_rank_seconds = 0;
     struct Roaming {
       std::string node;
@@ -411,16 +452,16 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
       NodeData n = LoadNode(in.view, job, node, from, to);
       NodeVerdict v = Classify(n);
       if (v.kind == NodeVerdict::kNone || v.wait_share < kMinWaitShare) continue;
-      const std::string wait_note =
-          fmt::format("{}: the ranks waited {:.1f}% of their time for the last local rank ({:.1f} s over {:.0f} "
-                      "rank-seconds, {:.0f} aligned collectives)",
-                      node, 100 * v.wait_share, n.lag, n.rank_seconds, n.aligned);
+      const std::string wait_note = fmt::format(
+          "{}: the ranks waited {:.1f}% of their time for the last local rank ({:.1f} s over {:.0f} "
+          "rank-seconds, {:.0f} aligned collectives)",
+          node, 100 * v.wait_share, n.lag, n.rank_seconds, n.aligned);
       if (v.kind == NodeVerdict::kPersistent) {
         const RankProcess& p = *v.persistent->process;
         const double clock = sm_clock[&p];
         const double peer = reference_clock(&p);
-        TimeNs first_run = 0;
-        const double thermal_share = ThermalShare(in.view, p, from, to, &first_run);
+        const TimeNs first_run = thermal_since[&p];
+        const double thermal_share = thermal_of[&p];
         const double ratio = std::isfinite(clock) && peer > 0 ? clock / peer : 1;
         if (ratio <= kThermalClockRatio && thermal_share >= kThermalActiveShare) {
           Finding f;
@@ -438,7 +479,8 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
             if (c > kThermalClockRatio * peer) continue;
             f.subjects.ranks.push_back(q->Ref());
             f.subjects.gpus.push_back(q->Gpu());
-            if (std::find(f.subjects.nodes.begin(), f.subjects.nodes.end(), q->node) == f.subjects.nodes.end()) {
+            if (std::find(f.subjects.nodes.begin(), f.subjects.nodes.end(), q->node) ==
+                f.subjects.nodes.end()) {
               f.subjects.nodes.push_back(q->node);
             }
             also.push_back(fmt::format("{}:{} ({:.0f}%)", q->node, q->gpu, 100 * c / peer));
@@ -446,71 +488,60 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
           f.window = {first_run > 0 ? first_run : from, to};
           f.provable_at = to;
           f.confidence = 0.9;
-          f.evidence.push_back(MakeEvidence("ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, fmt::format("rank {}", p.rank),
-                                  100 * v.top_share, 100.0 / static_cast<double>(n.ranks.size()), "%",
-                                  fmt::format("rank {} arrived last at {:.0f}% of {:.0f} aligned collectives on {} (a fair "
-                                              "share is {:.0f}%)",
-                                              p.rank, 100 * v.top_share, n.total_last, node, 100.0 / n.ranks.size()),
-                                  w));
-          f.evidence.push_back(MakeEvidence("ithbat_gpu_clock_hertz{clock=\"sm\"}", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
-                                  clock / 1e6, peer / 1e6, "MHz",
-                                  fmt::format("its GPU's SM clock averaged {:.0f} MHz, {:.0f}% of the median {:.0f} MHz "
-                                              "of the job's GPUs running free of thermal/brake events",
-                                              clock / 1e6, 100 * ratio, peer / 1e6),
-                                  w));
-          f.evidence.push_back(MakeEvidence("ithbat_gpu_clock_event_active", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
-                                  100 * thermal_share, 0, "% of samples",
-                                  fmt::format("a thermal or power-brake slowdown held its clock down in {:.0f}% of the "
-                                              "samples",
-                                              100 * thermal_share),
-                                  w));
-          f.evidence.push_back(MakeEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, node, 100 * v.wait_share,
-                                  0, "% of rank time", wait_note, w));
+          f.evidence.push_back(MakeEvidence(
+              "ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, fmt::format("rank {}", p.rank),
+              100 * v.top_share, 100.0 / static_cast<double>(n.ranks.size()), "%",
+              fmt::format("rank {} arrived last at {:.0f}% of {:.0f} aligned collectives on {} (a fair "
+                          "share is {:.0f}%)",
+                          p.rank, 100 * v.top_share, n.total_last, node, 100.0 / n.ranks.size()),
+              w));
+          f.evidence.push_back(MakeEvidence(
+              "ithbat_gpu_clock_hertz{clock=\"sm\"}", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
+              clock / 1e6, peer / 1e6, "MHz",
+              fmt::format("its GPU's SM clock averaged {:.0f} MHz, {:.0f}% of the median {:.0f} MHz "
+                          "of the job's GPUs running free of thermal/brake events",
+                          clock / 1e6, 100 * ratio, peer / 1e6),
+              w));
+          f.evidence.push_back(MakeEvidence(
+              "ithbat_gpu_clock_event_active", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
+              100 * thermal_share, 0, "% of samples",
+              fmt::format("a thermal or power-brake slowdown held its clock down in {:.0f}% of the "
+                          "samples",
+                          100 * thermal_share),
+              w));
+          f.evidence.push_back(MakeEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes,
+                                            node, 100 * v.wait_share, 0, "% of rank time", wait_note, w));
           if (!also.empty()) {
             f.evidence.push_back(MakeEvidence(
-                "ithbat_gpu_clock_hertz{clock=\"sm\"}", kCollectorGpu, fmt::format("{} more GPU(s)", also.size()), 0, 0,
-                "", fmt::format("the job's other GPUs under a thermal/power slowdown, SM clock against the free-running "
-                                "GPUs' median: {}",
-                                fmt::join(also, ", ")),
+                "ithbat_gpu_clock_hertz{clock=\"sm\"}", kCollectorGpu,
+                fmt::format("{} more GPU(s)", also.size()), 0, 0, "",
+                fmt::format(
+                    "the job's other GPUs under a thermal/power slowdown, SM clock against the free-running "
+                    "GPUs' median: {}",
+                    fmt::join(also, ", ")),
                 w));
           }
-          f.summary = also.empty()
-                          ? fmt::format("GPU {}:{} (rank {}) runs at {:.0f}% of its peers' SM clock under a "
-                                        "thermal/power slowdown and is the last arrival at {:.0f}% of collectives: "
-                                        "the job waits for it",
-                                        node, p.gpu, p.rank, 100 * ratio, 100 * v.top_share)
-                          : fmt::format("{} of the job's GPUs run under a thermal/power slowdown at {:.0f}% or less "
-                                        "of the free-running GPUs' SM clock (slowest {}:{}, rank {}, the last "
-                                        "arrival at {:.0f}% of collectives): the job waits for them",
-                                        also.size() + 1, 100 * kThermalClockRatio, node, p.gpu, p.rank,
-                                        100 * v.top_share);
+          f.summary =
+              also.empty()
+                  ? fmt::format(
+                        "GPU {}:{} (rank {}) runs at {:.0f}% of its peers' SM clock under a "
+                        "thermal/power slowdown and is the last arrival at {:.0f}% of collectives: "
+                        "the job waits for it",
+                        node, p.gpu, p.rank, 100 * ratio, 100 * v.top_share)
+                  : fmt::format(
+                        "{} of the job's GPUs run under a thermal/power slowdown at {:.0f}% or less "
+                        "of the free-running GPUs' SM clock (slowest {}:{}, rank {}, the last "
+                        "arrival at {:.0f}% of collectives): the job waits for them",
+                        also.size() + 1, 100 * kThermalClockRatio, node, p.gpu, p.rank, 100 * v.top_share);
           AddCost(f, n.lag, n.rank_seconds);
           if (!also.empty()) {
             // Several GPUs held down: the node-local wait says little (the hot GPUs wait for each
-            // other); the whole job runs at their pace. Each hot GPU's busy time stretches by the
-            // clock ratio: the step time without the cause is the busy share at the free-running
-            // clock plus the rest.
-            std::vector<double> ratios, busy;
+            // other); the whole job runs at their pace.
+            std::vector<const RankProcess*> held;
             for (const auto& g : f.subjects.ranks) {
-              const RankProcess* q = job.Process(g.rank, g.node);
-              if (q == nullptr || !std::isfinite(sm_clock[q]) || peer <= 0) continue;
-              ratios.push_back(sm_clock[q] / peer);
-              const double u = GpuMean(in.view, *q, "", from, to, "ithbat_gpu_utilization_ratio");
-              if (std::isfinite(u)) busy.push_back(std::clamp(u, 0.0, 1.0));
+              if (const RankProcess* q = job.Process(g.rank, g.node)) held.push_back(q);
             }
-            const double r = Median(ratios), u = busy.empty() ? 0 : Median(busy);
-            if (std::isfinite(r) && r > 0 && r < 1 && u > 0) {
-              const double speedup = 1.0 / (1.0 - u * (1.0 - r));
-              if (speedup > f.speedup_with_fix) {
-                f.speedup_with_fix = speedup;
-                f.lost_gpu_seconds = static_cast<double>(sm_clock.size()) * static_cast<double>(to - f.window.start) /
-                                     kNsPerSec * (1.0 - 1.0 / speedup);
-                f.baseline_origin = fmt::format(
-                    "the hot GPUs' SM clock ({:.0f}% of the free-running GPUs' median) applied to their busy share "
-                    "({:.0f}%): a compute-bound step scales with the clock",
-                    100 * r, 100 * u);
-              }
-            }
+            AddClockCost(f, in.view, held, sm_clock, peer, sm_clock.size(), from, to);
           }
           persistent_findings.push_back(std::move(f));
         }
@@ -527,16 +558,19 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
         const double nvlink = NvlinkErrorGrowth(in.view, p, from, to);
         const double peer_nvlink_median = peer_nvlink.empty() ? 0 : Median(peer_nvlink);
         std::string pcie_text;
-        const bool pcie = PcieDowntrained(in.view, p, from, to, &pcie_text) && 2 * peers_downtrained < peers_known;
+        const bool pcie =
+            PcieDowntrained(in.view, p, from, to, &pcie_text) && 2 * peers_downtrained < peers_known;
         const double work = WorkRatio(n, *v.persistent);
         const Evidence last_evidence = MakeEvidence(
-            "ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, fmt::format("rank {}", p.rank), 100 * v.top_share,
-            100.0 / static_cast<double>(n.ranks.size()), "%",
-            fmt::format("rank {} arrived last at {:.0f}% of {:.0f} aligned collectives on {} (a fair share is {:.0f}%)",
+            "ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, fmt::format("rank {}", p.rank),
+            100 * v.top_share, 100.0 / static_cast<double>(n.ranks.size()), "%",
+            fmt::format("rank {} arrived last at {:.0f}% of {:.0f} aligned collectives on {} (a fair share "
+                        "is {:.0f}%)",
                         p.rank, 100 * v.top_share, n.total_last, node, 100.0 / n.ranks.size()),
             w);
-        const Evidence wait_evidence = MakeEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes,
-                                                    node, 100 * v.wait_share, 0, "% of rank time", wait_note, w);
+        const Evidence wait_evidence =
+            MakeEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, node,
+                         100 * v.wait_share, 0, "% of rank time", wait_note, w);
         Finding f;
         f.subjects.job = job.id;
         f.subjects.nodes = {node};
@@ -552,45 +586,51 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
           f.evidence.push_back(MakeEvidence(
               "ithbat_gpu_nvlink_errors_total", kCollectorGpu, fmt::format("{}:{}", node, p.gpu), nvlink,
               peer_nvlink_median, "errors",
-              fmt::format("its GPU's NVLink links counted {:.0f} errors in the window; the job's other GPUs a median "
-                          "of {:.0f}",
-                          nvlink, peer_nvlink_median),
+              fmt::format(
+                  "its GPU's NVLink links counted {:.0f} errors in the window; the job's other GPUs a median "
+                  "of {:.0f}",
+                  nvlink, peer_nvlink_median),
               w));
-          f.summary = fmt::format("GPU {}:{} (rank {}) gained {:.0f} NVLink errors and is the last arrival at {:.0f}% of "
-                                  "collectives: the job waits on its links",
-                                  node, p.gpu, p.rank, nvlink, 100 * v.top_share);
+          f.summary = fmt::format(
+              "GPU {}:{} (rank {}) gained {:.0f} NVLink errors and is the last arrival at {:.0f}% of "
+              "collectives: the job waits on its links",
+              node, p.gpu, p.rank, nvlink, 100 * v.top_share);
         } else if (pcie) {
           f.verdict = Verdict::kInfrastructure;
           f.cause = Cause::kGpuHardware;
           f.confidence = 0.7;
-          f.evidence.push_back(MakeEvidence("ithbat_gpu_pcie_link_generation", kCollectorGpu,
-                                            fmt::format("{}:{}", node, p.gpu), 0, 0, "",
-                                            fmt::format("its GPU's PCIe link ran downtrained ({}) while {} of {} peer "
-                                                        "GPUs' did",
-                                                        pcie_text, peers_downtrained, peers_known),
-                                            w));
-          f.summary = fmt::format("GPU {}:{} (rank {}) runs on a downtrained PCIe link ({}) and is the last arrival at "
-                                  "{:.0f}% of collectives",
-                                  node, p.gpu, p.rank, pcie_text, 100 * v.top_share);
+          f.evidence.push_back(MakeEvidence(
+              "ithbat_gpu_pcie_link_generation", kCollectorGpu, fmt::format("{}:{}", node, p.gpu), 0, 0, "",
+              fmt::format("its GPU's PCIe link ran downtrained ({}) while {} of {} peer "
+                          "GPUs' did",
+                          pcie_text, peers_downtrained, peers_known),
+              w));
+          f.summary = fmt::format(
+              "GPU {}:{} (rank {}) runs on a downtrained PCIe link ({}) and is the last arrival at "
+              "{:.0f}% of collectives",
+              node, p.gpu, p.rank, pcie_text, 100 * v.top_share);
         } else if (work >= kPersistentExtraWork && MeanUtil(*v.persistent) >= kPeerBusyUtil) {
           f.verdict = Verdict::kJob;
           f.cause = Cause::kDataImbalance;
           f.confidence = 0.7;
-          f.evidence.push_back(MakeEvidence("ithbat_probe_grid_blocks_total", kCollectorProbes,
-                                            fmt::format("rank {}", p.rank), work, 1.0, "x peers' median",
-                                            fmt::format("rank {} launched {:.2f}x the thread blocks of its node peers' "
-                                                        "median: it does more work every step",
-                                                        p.rank, work),
-                                            w));
-          f.evidence.push_back(MakeEvidence("ithbat_gpu_utilization_ratio", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
-                                            MeanUtil(*v.persistent), kPeerBusyUtil, "ratio",
-                                            fmt::format("its GPU was busy ({:.0f}% mean utilisation) at the clock of its "
-                                                        "peers ({:.0f}%): computing, not throttled or starved",
-                                                        100 * MeanUtil(*v.persistent), 100 * ratio),
-                                            w));
-          f.summary = fmt::format("rank {} on {} is always last ({:.0f}% of collectives) because it launches {:.2f}x its "
-                                  "peers' work (rank-0 extra work, a last pipeline stage or an uneven shard)",
-                                  p.rank, node, 100 * v.top_share, work);
+          f.evidence.push_back(
+              MakeEvidence("ithbat_probe_grid_blocks_total", kCollectorProbes, fmt::format("rank {}", p.rank),
+                           work, 1.0, "x peers' median",
+                           fmt::format("rank {} launched {:.2f}x the thread blocks of its node peers' "
+                                       "median: it does more work every step",
+                                       p.rank, work),
+                           w));
+          f.evidence.push_back(
+              MakeEvidence("ithbat_gpu_utilization_ratio", kCollectorGpu, fmt::format("{}:{}", node, p.gpu),
+                           MeanUtil(*v.persistent), kPeerBusyUtil, "ratio",
+                           fmt::format("its GPU was busy ({:.0f}% mean utilisation) at the clock of its "
+                                       "peers ({:.0f}%): computing, not throttled or starved",
+                                       100 * MeanUtil(*v.persistent), 100 * ratio),
+                           w));
+          f.summary = fmt::format(
+              "rank {} on {} is always last ({:.0f}% of collectives) because it launches {:.2f}x its "
+              "peers' work (rank-0 extra work, a last pipeline stage or an uneven shard)",
+              p.rank, node, 100 * v.top_share, work);
         } else {
           continue;  // a persistent straggler with no reason shown: not worth a page
         }
@@ -624,19 +664,21 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
           host.subjects.gpus.push_back(p->Gpu());
         }
         host.window.start = std::min(host.window.start, st.first);
-        host.evidence.push_back(MakeEvidence("ithbat_gpu_utilization_ratio", kCollectorGpu, node, st.samples, 0, "samples",
-                                   fmt::format("{}: {} samples of a GPU at most {:.0f}% busy while its node peers' median "
-                                               "was at least {:.0f}% ({} rank(s))",
-                                               node, st.samples, 100 * kStarvedUtil, 100 * kPeerBusyUtil, st.ranks.size()),
-                                   w));
-        host.evidence.push_back(MakeEvidence("ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, node, st.followed_by_last,
-                                   st.samples, "samples",
-                                   fmt::format("{}: the starved rank then arrived last at a collective within {:.0f} s in "
-                                               "{} of {} samples",
-                                               node, kStarvedLateWindowNs / 1e9, st.followed_by_last, st.samples),
-                                   w));
-        host.evidence.push_back(MakeEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, node,
-                                   100 * v.wait_share, 0, "% of rank time", wait_note, w));
+        host.evidence.push_back(MakeEvidence(
+            "ithbat_gpu_utilization_ratio", kCollectorGpu, node, st.samples, 0, "samples",
+            fmt::format("{}: {} samples of a GPU at most {:.0f}% busy while its node peers' median "
+                        "was at least {:.0f}% ({} rank(s))",
+                        node, st.samples, 100 * kStarvedUtil, 100 * kPeerBusyUtil, st.ranks.size()),
+            w));
+        host.evidence.push_back(MakeEvidence(
+            "ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, node, st.followed_by_last, st.samples,
+            "samples",
+            fmt::format("{}: the starved rank then arrived last at a collective within {:.0f} s in "
+                        "{} of {} samples",
+                        node, kStarvedLateWindowNs / 1e9, st.followed_by_last, st.samples),
+            w));
+        host.evidence.push_back(MakeEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes,
+                                             node, 100 * v.wait_share, 0, "% of rank time", wait_note, w));
         host_lag += n.lag;
         host_rank_seconds += n.rank_seconds;
         continue;
@@ -645,7 +687,8 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
       const WorkLag wl = CorrelateWorkAndLag(n);
       if (wl.points < kMinWorkLagPoints || !(wl.correlation >= kWorkLagCorrelation)) continue;
       if (!(wl.spread >= kMinWorkSpread)) continue;  // the work hardly differs: not what they wait for
-      roaming.push_back({node, n.ranks.size(), n.total_last, n.lag, n.rank_seconds, v, wl, mean_util, st.samples});
+      roaming.push_back(
+          {node, n.ranks.size(), n.total_last, n.lag, n.rank_seconds, v, wl, mean_util, st.samples});
     }
     // data_imbalance: on every node it names, the last rank roams and its lateness follows its work.
     if (!roaming.empty()) {
@@ -660,33 +703,35 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
       for (const auto& node : job.Nodes()) imbalance.subjects.nodes.push_back(node);
       for (const auto& c : roaming) {
         shown_on.push_back(c.node);
-        imbalance.evidence.push_back(MakeEvidence("ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, c.node,
-                                        c.verdict.spread, static_cast<double>(c.ranks), "ranks",
-                                        fmt::format("{}: the last arrival rotates — {} of {} ranks were last at least half "
-                                                    "a fair share; the most frequent {:.0f}% of {:.0f}",
-                                                    c.node, c.verdict.spread, c.ranks, 100 * c.verdict.top_share,
-                                                    c.total_last),
-                                        w));
-        imbalance.evidence.push_back(MakeEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, c.node,
-                                        100 * c.verdict.wait_share, 0, "% of rank time",
-                                        fmt::format("{}: the ranks waited {:.1f}% of their time for the last local rank "
-                                                    "({:.1f} s over {:.0f} rank-seconds)",
-                                                    c.node, 100 * c.verdict.wait_share, c.lag, c.rank_seconds),
-                                        w));
-        imbalance.evidence.push_back(MakeEvidence("ithbat_gpu_utilization_ratio", kCollectorGpu, c.node, c.mean_util, kStarvedUtil,
-                                        "ratio",
-                                        fmt::format("{}: its GPUs were busy (mean utilisation {:.0f}%), not starved of "
-                                                    "launches while peers waited ({} starved samples)",
-                                                    c.node, 100 * c.mean_util, c.starved),
-                                        w));
-        imbalance.evidence.push_back(MakeEvidence("ithbat_probe_grid_blocks_total", kCollectorProbes, c.node, c.work.correlation,
-                                        kWorkLagCorrelation, "correlation",
-                                        fmt::format("{}: a rank's lateness follows its work — correlation {:.2f} between "
-                                                    "the thread blocks it launched and how late it arrived ({} rank-ticks; "
-                                                    "{:.2f} before holding its main thread's CPU waits fixed); the ranks' "
-                                                    "work per tick varies by {:.0f}% (coefficient of variation)",
-                                                    c.node, c.work.correlation, c.work.points, c.work.raw, 100 * c.work.spread),
-                                        w));
+        imbalance.evidence.push_back(MakeEvidence(
+            "ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, c.node, c.verdict.spread,
+            static_cast<double>(c.ranks), "ranks",
+            fmt::format("{}: the last arrival rotates — {} of {} ranks were last at least half "
+                        "a fair share; the most frequent {:.0f}% of {:.0f}",
+                        c.node, c.verdict.spread, c.ranks, 100 * c.verdict.top_share, c.total_last),
+            w));
+        imbalance.evidence.push_back(
+            MakeEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, c.node,
+                         100 * c.verdict.wait_share, 0, "% of rank time",
+                         fmt::format("{}: the ranks waited {:.1f}% of their time for the last local rank "
+                                     "({:.1f} s over {:.0f} rank-seconds)",
+                                     c.node, 100 * c.verdict.wait_share, c.lag, c.rank_seconds),
+                         w));
+        imbalance.evidence.push_back(MakeEvidence(
+            "ithbat_gpu_utilization_ratio", kCollectorGpu, c.node, c.mean_util, kStarvedUtil, "ratio",
+            fmt::format("{}: its GPUs were busy (mean utilisation {:.0f}%), not starved of "
+                        "launches while peers waited ({} starved samples)",
+                        c.node, 100 * c.mean_util, c.starved),
+            w));
+        imbalance.evidence.push_back(MakeEvidence(
+            "ithbat_probe_grid_blocks_total", kCollectorProbes, c.node, c.work.correlation,
+            kWorkLagCorrelation, "correlation",
+            fmt::format("{}: a rank's lateness follows its work — correlation {:.2f} between "
+                        "the thread blocks it launched and how late it arrived ({} rank-ticks; "
+                        "{:.2f} before holding its main thread's CPU waits fixed); the ranks' "
+                        "work per tick varies by {:.0f}% (coefficient of variation)",
+                        c.node, c.work.correlation, c.work.points, c.work.raw, 100 * c.work.spread),
+            w));
         imbalance_lag += c.lag;
         imbalance_rank_seconds += c.rank_seconds;
         max_corr = std::max(max_corr, c.work.correlation);
@@ -711,10 +756,12 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
         }
       }
       const double ref = Median(free_clocks);
-      std::erase_if(hot, [&](const RankProcess* q) { return !(ref > 0 && sm_clock[q] <= kThermalClockRatio * ref); });
+      std::erase_if(
+          hot, [&](const RankProcess* q) { return !(ref > 0 && sm_clock[q] <= kThermalClockRatio * ref); });
       if (!hot.empty() && !free_running.empty()) {
         std::map<std::pair<std::string, int32_t>, double> sync;  // (node, rank) → blocked share
-        for (const auto& b : StepBreakdown(in.view, job, from, to)) sync[{b.rank.node, b.rank.rank}] = b.sync_blocked_share;
+        for (const auto& b : StepBreakdown(in.view, job, from, to))
+          sync[{b.rank.node, b.rank.rank}] = b.sync_blocked_share;
         auto median_sync = [&](const std::vector<const RankProcess*>& ps) {
           std::vector<double> v;
           for (const RankProcess* q : ps) {
@@ -728,18 +775,17 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
           f.verdict = Verdict::kInfrastructure;
           f.cause = Cause::kThermalPower;
           f.subjects.job = job.id;
-          std::vector<double> ratios, busy;
+          std::vector<double> ratios;
           std::vector<std::string> names;
           for (const RankProcess* q : hot) {
             f.subjects.ranks.push_back(q->Ref());
             f.subjects.gpus.push_back(q->Gpu());
-            if (std::find(f.subjects.nodes.begin(), f.subjects.nodes.end(), q->node) == f.subjects.nodes.end()) {
+            if (std::find(f.subjects.nodes.begin(), f.subjects.nodes.end(), q->node) ==
+                f.subjects.nodes.end()) {
               f.subjects.nodes.push_back(q->node);
             }
             ratios.push_back(sm_clock[q] / ref);
             names.push_back(fmt::format("{}:{} ({:.0f}%)", q->node, q->gpu, 100 * sm_clock[q] / ref));
-            const double u = GpuMean(in.view, *q, "", from, to, "ithbat_gpu_utilization_ratio");
-            if (std::isfinite(u)) busy.push_back(std::clamp(u, 0.0, 1.0));
           }
           double thermal_min = 1;
           for (const RankProcess* q : hot) thermal_min = std::min(thermal_min, thermal_of[q]);
@@ -749,36 +795,32 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
           f.evidence.push_back(MakeEvidence(
               "ithbat_gpu_clock_hertz{clock=\"sm\"}", kCollectorGpu, fmt::format("{} GPU(s)", hot.size()),
               Median(ratios) * ref / 1e6, ref / 1e6, "MHz",
-              fmt::format("SM clock against the median {:.0f} MHz of the job's {} GPUs running free of thermal/brake "
-                          "events: {}",
-                          ref / 1e6, free_running.size(), fmt::join(names, ", ")),
+              fmt::format(
+                  "SM clock against the median {:.0f} MHz of the job's {} GPUs running free of thermal/brake "
+                  "events: {}",
+                  ref / 1e6, free_running.size(), fmt::join(names, ", ")),
               w));
-          f.evidence.push_back(MakeEvidence("ithbat_gpu_clock_event_active", kCollectorGpu,
-                                            fmt::format("{} GPU(s)", hot.size()), 100 * thermal_min, 0, "% of samples",
-                                            fmt::format("a thermal or power-brake slowdown held each of them down in "
-                                                        "at least {:.0f}% of the samples",
-                                                        100 * thermal_min),
-                                            w));
+          f.evidence.push_back(
+              MakeEvidence("ithbat_gpu_clock_event_active", kCollectorGpu,
+                           fmt::format("{} GPU(s)", hot.size()), 100 * thermal_min, 0, "% of samples",
+                           fmt::format("a thermal or power-brake slowdown held each of them down in "
+                                       "at least {:.0f}% of the samples",
+                                       100 * thermal_min),
+                           w));
           f.evidence.push_back(MakeEvidence(
-              "ithbat_probe_sync_blocked_seconds_total", kCollectorProbes, "the job's ranks", 100 * sync_free, 100 * sync_hot,
-              "% of wall time",
-              fmt::format("the ranks on the free-running GPUs blocked in CUDA syncs {:.0f}% of their time, those on "
-                          "the hot GPUs {:.0f}%: the first wait for the second at every collective",
-                          100 * sync_free, 100 * sync_hot),
+              "ithbat_probe_sync_blocked_seconds_total", kCollectorProbes, "the job's ranks", 100 * sync_free,
+              100 * sync_hot, "% of wall time",
+              fmt::format(
+                  "the ranks on the free-running GPUs blocked in CUDA syncs {:.0f}% of their time, those on "
+                  "the hot GPUs {:.0f}%: the first wait for the second at every collective",
+                  100 * sync_free, 100 * sync_hot),
               w));
-          const double r = Median(ratios), u = busy.empty() ? 0 : Median(busy);
-          if (r > 0 && r < 1 && u > 0) {
-            f.speedup_with_fix = 1.0 / (1.0 - u * (1.0 - r));
-            f.lost_gpu_seconds = static_cast<double>(sm_clock.size()) * static_cast<double>(to - from) / kNsPerSec *
-                                 (1.0 - 1.0 / f.speedup_with_fix);
-            f.baseline_origin = fmt::format(
-                "the hot GPUs' SM clock ({:.0f}% of the free-running GPUs' median) applied to their busy share "
-                "({:.0f}%): a compute-bound step scales with the clock",
-                100 * r, 100 * u);
-          }
-          f.summary = fmt::format("{} of the job's GPUs ({}) run under a thermal/power slowdown at {:.0f}% of the "
-                                  "free-running GPUs' SM clock, and the other ranks wait for them in every collective",
-                                  hot.size(), fmt::join(f.subjects.nodes, ", "), 100 * r);
+          AddClockCost(f, in.view, hot, sm_clock, ref, sm_clock.size(), from, to);
+          const double r = Median(ratios);
+          f.summary = fmt::format(
+              "{} of the job's GPUs ({}) run under a thermal/power slowdown at {:.0f}% of the "
+              "free-running GPUs' SM clock, and the other ranks wait for them in every collective",
+              hot.size(), fmt::join(f.subjects.nodes, ", "), 100 * r);
           persistent_findings.push_back(std::move(f));
         }
       }
@@ -786,18 +828,20 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
     for (auto& f : persistent_findings) out.push_back(std::move(f));
     if (!imbalance.subjects.job.empty()) {
       AddCost(imbalance, imbalance_lag, imbalance_rank_seconds);
-      imbalance.summary = fmt::format("the slowest rank rotates on {} and its lateness follows its work (correlation up to "
-                                      "{:.2f}): ranks wait {:.1f}% of their time for the one with the most data",
-                                      fmt::join(shown_on, ", "), max_corr,
-                                      imbalance_rank_seconds > 0 ? 100 * imbalance_lag / imbalance_rank_seconds : 0);
+      imbalance.summary = fmt::format(
+          "the slowest rank rotates on {} and its lateness follows its work (correlation up to "
+          "{:.2f}): ranks wait {:.1f}% of their time for the one with the most data",
+          fmt::join(shown_on, ", "), max_corr,
+          imbalance_rank_seconds > 0 ? 100 * imbalance_lag / imbalance_rank_seconds : 0);
       out.push_back(std::move(imbalance));
     }
     if (!host.subjects.job.empty()) {
       AddCost(host, host_lag, host_rank_seconds);
-      host.summary = fmt::format("ranks on {} go idle for want of launches (their host threads are late), and the job "
-                                 "waits {:.1f}% of its time for them",
-                                 fmt::join(host.subjects.nodes, ", "),
-                                 host_rank_seconds > 0 ? 100 * host_lag / host_rank_seconds : 0);
+      host.summary = fmt::format(
+          "ranks on {} go idle for want of launches (their host threads are late), and the job "
+          "waits {:.1f}% of its time for them",
+          fmt::join(host.subjects.nodes, ", "),
+          host_rank_seconds > 0 ? 100 * host_lag / host_rank_seconds : 0);
       out.push_back(std::move(host));
     }
   }
