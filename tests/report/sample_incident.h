@@ -12,6 +12,7 @@
 
 #include "core/event.h"
 #include "core/finding.h"
+#include "detect/detector.h"
 #include "testutil/synthetic_fleet.h"
 
 namespace ithbat::testutil {
@@ -24,8 +25,8 @@ inline void BuildSampleFleet(SyntheticFleet& fleet) {
   const std::string node = "gpu-a01";
   fleet.RotatingStraggler(node, kSampleTicks);
   for (int r = 0; r < 4; ++r) {
-    Labels lab = {{"job_id", "77"}, {"rank", std::to_string(r)}, {"pid", std::to_string(100 + r)},
-                  {"gpu", std::to_string(r)}, {"mount", "/mnt/ckpt"}, {"op", "fsync"}};
+    Labels lab = {{"job_id", "77"},           {"rank", std::to_string(r)}, {"pid", std::to_string(100 + r)},
+                  {"gpu", std::to_string(r)}, {"mount", "/mnt/ckpt"},      {"op", "fsync"}};
     // Two saves (ticks 55-60 and 75-80): a fsync a second, 1.2 s each on ranks 1-2, 0.2 s on the others.
     std::vector<double> calls(kSampleTicks), secs(kSampleTicks);
     double c = 0, s = 0;
@@ -82,18 +83,11 @@ inline void BuildSampleFleet(SyntheticFleet& fleet) {
   fleet.AddEvent(node, xid);
 }
 
-inline Evidence SampleEvidence(std::string signal, std::string collector, std::string subject, double observed,
-                               double expected, std::string unit, std::string note) {
-  Evidence e;
-  e.signal = std::move(signal);
-  e.collector = std::move(collector);
-  e.subject = std::move(subject);
-  e.observed = observed;
-  e.expected = expected;
-  e.unit = std::move(unit);
-  e.note = std::move(note);
-  e.window = {kSampleWindowStart, kSampleWindowEnd};
-  return e;
+// Evidence over the sample window (the detectors' own builder).
+inline Evidence SampleEvidence(std::string signal, std::string collector, std::string subject,
+                               double observed, double expected, std::string unit, std::string note) {
+  return detect::MakeEvidence(std::move(signal), collector, std::move(subject), observed, expected,
+                              std::move(unit), std::move(note), {kSampleWindowStart, kSampleWindowEnd});
 }
 
 inline Diagnosis SampleDiagnosis() {
@@ -110,7 +104,8 @@ inline Diagnosis SampleDiagnosis() {
   d.subjects.resource = "/mnt/ckpt";
   d.subjects.other_jobs = {"78"};
   d.window = {kSampleWindowStart, kSampleWindowEnd};
-  d.summary = "fsync on /mnt/ckpt took 1.2 s per call during two saves against 0.2 s before; job 77 stalled 10 s";
+  d.summary =
+      "fsync on /mnt/ckpt took 1.2 s per call during two saves against 0.2 s before; job 77 stalled 10 s";
   d.fix = "Move checkpoints off the degraded mount or have the storage team check it.";
   d.impact.gpu_hours_lost = 0.011;
   d.impact.productive_share = 0.83;
@@ -121,16 +116,18 @@ inline Diagnosis SampleDiagnosis() {
   d.opened_at = kSampleWindowStart + 5 * kS;
   d.updated_at = kSampleWindowEnd;
   d.evidence = {
-      SampleEvidence("ithbat_io_seconds_total/ithbat_io_calls_total{op=\"fsync\"}", "sched_io", "/mnt/ckpt", 1.2, 0.2,
-                     "s/call", "fsync latency on the mount rose 6x against its baseline"),
+      SampleEvidence("ithbat_io_seconds_total/ithbat_io_calls_total{op=\"fsync\"}", "sched_io", "/mnt/ckpt",
+                     1.2, 0.2, "s/call", "fsync latency on the mount rose 6x against its baseline"),
       SampleEvidence("checkpoint_begin/checkpoint_end", "joblog", "job 77", 5, 5, "s", "saves took 5 s"),
-      SampleEvidence("ithbat_gpu_utilization_ratio", "gpu", "gpu-a01", 0.8, 0.8, "ratio", "GPUs idle during the saves"),
-      SampleEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", "probes", "gpu-a01", 10, 0, "% of rank time",
-                     "ranks waited for their peers"),
+      SampleEvidence("ithbat_gpu_utilization_ratio", "gpu", "gpu-a01", 0.8, 0.8, "ratio",
+                     "GPUs idle during the saves"),
+      SampleEvidence("ithbat_probe_nccl_arrival_lag_seconds_total", "probes", "gpu-a01", 10, 0,
+                     "% of rank time", "ranks waited for their peers"),
       SampleEvidence("loss", "joblog", "77", 3.1, 1.6, "", "the loss rose after the incident"),
-      SampleEvidence("ithbat_gpu_xid_errors_total+ithbat_gpu_ecc_errors_total", "gpu", "gpu-a01:1,gpu-a01:2", 1, 0,
-                     "GPUs with moving counters", "one Xid on GPU 2; no new ECC error"),
-      SampleEvidence("GPUs needed for the same load", "serving", "job 77", 2, 4, "GPUs", "an aggregate with no series"),
+      SampleEvidence("ithbat_gpu_xid_errors_total+ithbat_gpu_ecc_errors_total", "gpu", "gpu-a01:1,gpu-a01:2",
+                     1, 0, "GPUs with moving counters", "one Xid on GPU 2; no new ECC error"),
+      SampleEvidence("GPUs needed for the same load", "serving", "job 77", 2, 4, "GPUs",
+                     "an aggregate with no series"),
   };
   return d;
 }
