@@ -2,7 +2,6 @@
 
 #include <array>
 #include <cerrno>
-#include <cmath>
 #include <charconv>
 #include <cstdlib>
 
@@ -30,6 +29,17 @@ Result<TimeNs> ResolveDuration(std::string_view key, const std::string& text, Ti
                       min / kNsPerMs, max / kNsPerSec);
   }
   return *d;
+}
+
+// A plain decimal number in [lo, hi].
+Result<double> ResolveNumber(std::string_view key, const std::string& text, double lo, double hi) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == text.c_str() || *end != '\0' || errno != 0 || !(v >= lo && v <= hi)) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "{}: '{}' is not a number in [{}, {}]", key, text, lo, hi);
+  }
+  return v;
 }
 
 Result<uint64_t> ResolveSize(std::string_view key, const std::string& text, uint64_t min) {
@@ -263,19 +273,10 @@ Result<AgentOptions> ResolveAgentOptions(const AgentFlags& f) {
   o.joblog_opt_out = f.joblog_opt_out;
   {
     // Plain decimal numbers within bounds (a budget over 1 or a negative cost means nothing).
-    auto number = [](const std::string& text, double lo, double hi, std::string_view key) -> Result<double> {
-      char* end = nullptr;
-      errno = 0;
-      const double v = std::strtod(text.c_str(), &end);
-      if (text.empty() || end == text.c_str() || *end != '\0' || errno != 0 || !(v >= lo && v <= hi)) {
-        return MakeErrorF(ErrorCode::kInvalidArgument, "{}: '{}' is not a number in [{}, {}]", key, text, lo, hi);
-      }
-      return v;
-    };
-    auto budget = number(f.probe_budget, 0, 1, "probe-budget");
+    auto budget = ResolveNumber("probe-budget", f.probe_budget, 0, 1);
     if (!budget) return std::unexpected(budget.error());
     o.probe_budget = *budget;
-    auto cost = number(f.probe_cost_ns, 0, 1e9, "probe-cost-ns");
+    auto cost = ResolveNumber("probe-cost-ns", f.probe_cost_ns, 0, 1e9);
     if (!cost) return std::unexpected(cost.error());
     o.probe_cost_ns = *cost;
   }
@@ -298,15 +299,9 @@ Result<AgentOptions> ResolveAgentOptions(const AgentFlags& f) {
   auto resolve = ResolveDuration("diagnose-resolve-after", f.diagnose_resolve_after, kNsPerSec, 24 * 3600 * kNsPerSec);
   if (!resolve) return std::unexpected(resolve.error());
   o.diagnose_resolve_after = *resolve;
-  {
-    char* end = nullptr;
-    const double price = std::strtod(f.list_price.c_str(), &end);
-    if (f.list_price.empty() || end == nullptr || *end != '\0' || !std::isfinite(price) || price < 0 || price > 1e6) {
-      return MakeErrorF(ErrorCode::kInvalidArgument, "list-price: expected $/GPU-hour in [0, 1e6], got '{}'",
-                        f.list_price);
-    }
-    o.list_price_per_gpu_hour = price;
-  }
+  auto price = ResolveNumber("list-price", f.list_price, 0, 1e6);  // $/GPU-hour
+  if (!price) return std::unexpected(price.error());
+  o.list_price_per_gpu_hour = *price;
   o.once = f.once;
   return o;
 }
