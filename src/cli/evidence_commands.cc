@@ -195,6 +195,8 @@ int RunRecordCommand(const RecordCommandOptions& o, std::FILE* out, std::FILE* e
     const TimeNs to = ro.to != kMaxTime ? ro.to : NowNs();
     // Without --from or --window, an agent's whole memory (its retention bounds it).
     const TimeNs from = ro.from != kMinTime ? ro.from : (window != 0 ? to - window : 0);
+    // A --window over running agents ends now: the bundle's window is the one pulled.
+    if (window != 0) ro.to = to;
     for (const auto& spec : o.agents) {
       auto [node, address] = SplitNamed(spec);
       auto hp = remote::ParseHostPort(address, kAgentPort);
