@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -41,6 +42,8 @@ struct Shape {
   std::function<double(int)> work_factor = [](int) { return 1.0; };
   // Share of each second rank r's host spends blocked in CUDA syncs (none: no series).
   std::function<double(int)> sync_share;
+  // The first tick with a collective (the job's start-up before it).
+  int aligned_from = 0;
 };
 
 testutil::Labels RankLabels(int r) {
@@ -56,10 +59,11 @@ FleetView Build(const Shape& s) {
         clock(kTicks), thermal(kTicks), nvlink(kTicks), gen(kTicks), width(kTicks);
     double l = 0, g = 0, a = 0, lg = 0;
     for (int t = 0; t < kTicks; ++t) {
-      const bool is_last = s.last(t) == r;
+      const bool trains = t >= s.aligned_from;
+      const bool is_last = trains && s.last(t) == r;
       l += is_last ? 1 : 0;
       lg += is_last ? s.wait_per_tick : 0;  // the late rank enqueued this much after the first
-      a += 1;
+      a += trains ? 1 : 0;
       g += (s.last(t) == r ? s.late_grid : s.other_grid) * s.work_factor(r);
       last[t] = l;
       lag[t] = lg;
@@ -318,6 +322,33 @@ TEST(Stragglers, StarvedGpusOnAnIdleNodeAreNotAHostBottleneck) {
   // kHostBoundMinUtil: a host bottleneck), at 0.6 it averages 0.55 (input-bound: not one).
   EXPECT_TRUE(Detect(HostStarved(0.6)).empty());
   ASSERT_EQ(Detect(HostStarved(0.7)).size(), 1u);
+}
+
+// A host that starves one rank's GPU for a while keeps that rank last for as long: persistent,
+// with no hardware reason, but its GPU idles while its peers are busy — its host's fault.
+TEST(Stragglers, APersistentLateRankStarvedByItsHostIsAHostBottleneck) {
+  Shape s = Persistent(1.0, 0.0);
+  s.util = [last = s.last](int r, int t) { return last(t + 1) == r && t % 3 == 0 ? 0.05 : 0.9; };
+  auto f = Detect(s);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kHostBottleneck);
+  std::set<int64_t> ranks;
+  for (const auto& r : f[0].subjects.ranks) ranks.insert(r.rank);
+  EXPECT_TRUE(ranks.contains(2)) << "the persistently late, starved rank is named";
+}
+
+// The idle GPUs of the job's start-up (before its first collective) do not make a busy node look
+// input-bound: its utilisation is taken while it trains.
+TEST(Stragglers, StartUpIdleIsNotCountedAgainstTheNodesUtilisation) {
+  Shape s = HostStarved(0.7);
+  // A third of the window idle before the first collective: 0.43 on the whole, 0.65 training.
+  constexpr int kStartUp = kTicks / 3;
+  auto starved = s.util;
+  s.util = [starved](int r, int t) { return t < kStartUp ? 0.0 : starved(r, t); };
+  s.aligned_from = kStartUp;
+  auto f = Detect(s);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kHostBottleneck);
 }
 
 }  // namespace

@@ -304,6 +304,21 @@ double Correlation(const std::vector<double>& xs, const std::vector<double>& ys)
   return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : std::nan("");
 }
 
+// The rank of each value (0-based; ties share their mean rank).
+std::vector<double> Ranks(const std::vector<double>& v) {
+  std::vector<size_t> order(v.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    while (j + 1 < order.size() && v[order[j + 1]] == v[order[i]]) ++j;
+    for (size_t k = i; k <= j; ++k) r[order[k]] = (static_cast<double>(i) + static_cast<double>(j)) / 2;
+    i = j + 1;
+  }
+  return r;
+}
+
 WorkLag CorrelateWorkAndLag(const NodeData& n) {
   std::set<TimeNs> ticks;
   for (const auto& r : n.ranks) {
@@ -333,6 +348,11 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
       zs.push_back(cpu[i] - mean_cpu);
     }
   }
+  // Rank correlation (Spearman): a rank descheduled or stalled by its host arrives seconds late
+  // once in a while, and a few such outliers decide a Pearson correlation of raw values.
+  xs = Ranks(xs);
+  ys = Ranks(ys);
+  zs = Ranks(zs);
   WorkLag out;
   out.points = xs.size();
   out.spread = spreads.empty() ? std::nan("") : Mean(spreads);
@@ -352,11 +372,25 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
   return out;
 }
 
-double MeanUtil(const RankData& r) {
-  if (r.util.empty()) return std::nan("");
+double MeanUtil(const RankData& r, TimeNs since = 0) {
   double s = 0;
-  for (const auto& [t, u] : r.util) s += u;
-  return s / static_cast<double>(r.util.size());
+  size_t n = 0;
+  for (auto it = r.util.lower_bound(since); it != r.util.end(); ++it, ++n) s += it->second;
+  return n > 0 ? s / static_cast<double>(n) : std::nan("");
+}
+
+// When the node's ranks began to train: the first tick with an aligned collective (0: none).
+TimeNs FirstCollective(const NodeData& n) {
+  TimeNs first = 0;
+  for (const auto& r : n.ranks) {
+    for (const auto& [t, x] : r.aligned) {
+      if (x > 0) {
+        if (first == 0 || t < first) first = t;
+        break;
+      }
+    }
+  }
+  return first;
 }
 
 struct NodeVerdict {
@@ -632,17 +666,23 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
               "peers' work (rank-0 extra work, a last pipeline stage or an uneven shard)",
               p.rank, node, 100 * v.top_share, work);
         } else {
-          continue;  // a persistent straggler with no reason shown: not worth a page
+          f.cause = Cause::kUnknown;  // no reason of its own: maybe its host (below)
         }
-        f.evidence.push_back(wait_evidence);
-        AddCost(f, n.lag, n.rank_seconds);
-        persistent_findings.push_back(std::move(f));
-        continue;
+        if (f.cause != Cause::kUnknown) {
+          f.evidence.push_back(wait_evidence);
+          AddCost(f, n.lag, n.rank_seconds);
+          persistent_findings.push_back(std::move(f));
+          continue;
+        }
       }
-      // Roaming: why is the last rank late?
+      // Roaming, or a persistent last rank with no reason of its own: why is the last rank late?
+      // (A host that starves one rank's GPU for a while keeps that rank last for as long.)
+      // The GPUs' utilisation while the job trains: from a tick before its first collective (the
+      // idle GPUs of its start-up are not an input-bound job).
+      const TimeNs training = FirstCollective(n);
       std::vector<double> util;
       for (const auto& r : n.ranks) {
-        const double u = MeanUtil(r);
+        const double u = MeanUtil(r, training > 0 ? training - kNsPerSec : 0);
         if (std::isfinite(u)) util.push_back(u);
       }
       const double mean_util = Mean(util);
@@ -684,6 +724,9 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
         continue;
       }
       if (st.HostBound()) continue;  // starved but input-bound: not data_imbalance either
+      // data_imbalance needs the rotation; a persistent straggler with no reason shown is not
+      // worth a page.
+      if (v.kind != NodeVerdict::kRoaming) continue;
       const WorkLag wl = CorrelateWorkAndLag(n);
       if (wl.points < kMinWorkLagPoints || !(wl.correlation >= kWorkLagCorrelation)) continue;
       if (!(wl.spread >= kMinWorkSpread)) continue;  // the work hardly differs: not what they wait for
