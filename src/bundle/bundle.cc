@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -14,6 +15,7 @@
 #include <sqlite3.h>
 
 #include "core/version.h"
+#include "detect/inference/efficiency.h"
 #include "detect/jobs.h"
 #include "investigate/diagnosis_json.h"
 #include "store/store.h"
@@ -278,17 +280,26 @@ Result<RecordSummary> WriteBundle(const detect::FleetView& view, const RecordOpt
     return MakeErrorF(ErrorCode::kInvalidArgument, "{} exists: a bundle is evidence and is never overwritten",
                       path);
   }
-  // Find the job and its window as the stores hold it.
+  // Find the job and its window as the stores hold it: a training job's ranks, or an inference
+  // server (named as its findings name it).
   const auto jobs = detect::DiscoverJobs(view, options.from, options.to);
-  const detect::JobView* found = nullptr;
+  std::optional<TimeWindow> found;
   TimeNs newest = kMinTime;
-  std::vector<std::string> names;
+  std::set<std::string> names;
   for (const auto& j : jobs) {
-    if (j.id == options.job) found = &j;
-    names.push_back(j.id);
+    if (j.id == options.job) found = j.window;
+    names.insert(j.id);
     newest = std::max(newest, j.window.end);
   }
-  if (found == nullptr) {
+  for (const auto& s : detect::DiscoverServers(view, options.from, options.to)) {
+    if (s.id == options.job) {
+      found = found ? TimeWindow{std::min(found->start, s.window.start), std::max(found->end, s.window.end)}
+                    : s.window;
+    }
+    names.insert(s.id);
+    newest = std::max(newest, s.window.end);
+  }
+  if (!found) {
     return MakeErrorF(ErrorCode::kNotFound, "job {} has no process in the stores' window (jobs seen: {})",
                       options.job, names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", ")));
   }
@@ -298,7 +309,7 @@ Result<RecordSummary> WriteBundle(const detect::FleetView& view, const RecordOpt
   meta.job = options.job;
   // Default window: the job's run, to the newest data of any job (a rerun that confirms or
   // clears a divergence runs after the job).
-  meta.from = options.from != kMinTime ? options.from : found->window.start;
+  meta.from = options.from != kMinTime ? options.from : found->start;
   meta.to = options.to != kMaxTime ? options.to : newest;
   meta.created = NowNs();
   meta.source = options.source;

@@ -146,6 +146,32 @@ TEST(Bundle, NeverOverwritesAndNamesTheJobsItSaw) {
   EXPECT_EQ(empty_job.error().code, ErrorCode::kInvalidArgument);
 }
 
+// An inference server has no ranks: it is found by the id its findings name — its job_id label,
+// else engine:port — and its bundle re-diagnoses the same.
+TEST(Bundle, RecordsAnInferenceServerByTheIdItsFindingsName) {
+  ithbat::testing::TempDir dir;
+  for (const bool tagged : {true, false}) {
+    SCOPED_TRACE(tagged ? "job_id label" : "engine:port");
+    SyntheticFleet f;
+    f.InferenceServer("inf", SyntheticFleet::ServeShape{},
+                      tagged ? testutil::Labels{{"job_id", "chat-ar"}} : testutil::Labels{});
+    const detect::FleetView view = f.TakeView();
+    const std::string id = tagged ? "chat-ar" : "vllm:8000";
+    const std::string path = (dir.path() / (tagged ? "a.ithbat" : "b.ithbat")).string();
+    auto summary = WriteBundle(view, RecordOptions{id}, path);
+    ASSERT_TRUE(summary.has_value()) << summary.error().message;
+    EXPECT_EQ(summary->meta.from, kT0);
+    EXPECT_EQ(summary->meta.to, kEnd);
+    ASSERT_EQ(summary->diagnoses, 1);
+    auto b = ReadBundle(path);
+    ASSERT_TRUE(b.has_value()) << b.error().message;
+    ASSERT_EQ(b->diagnoses.size(), 1u);
+    EXPECT_EQ(b->diagnoses[0].cause, Cause::kServingConfig);
+    EXPECT_EQ(b->diagnoses[0].subjects.job, id);
+    EXPECT_EQ(Dump(DiagnoseJob(b->view, id, b->meta.from, b->meta.to, 0)), Dump(b->diagnoses));
+  }
+}
+
 TEST(Bundle, AWindowRecordsOnlyItsDataAndHistory) {
   ithbat::testing::TempDir dir;
   const std::string path = (dir.path() / "w.ithbat").string();

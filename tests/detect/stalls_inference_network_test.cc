@@ -388,53 +388,11 @@ TEST(Stalls, HealthyTrainingGivesNothing) {
 
 // ---- inference efficiency -------------------------------------------------------------------
 
-struct ServeSpec {
-  int scrapes = 60;
-  int engines = 2;
-  double slots = 32;
-  std::function<double(int)> running = [](int) { return 1.0; };
-  std::function<double(int)> waiting = [](int) { return 3.0; };
-  double kv = 0.05;
-  double util = 0.8;
-};
-
-void AddServer(SyntheticFleet& f, const ServeSpec& s) {
-  const testutil::Labels srv = {{"engine", "vllm"}, {"port", "8000"}, {"pid", "500"}};
-  auto n = static_cast<size_t>(s.scrapes);
-  f.Series("inf", "ithbat_serving_up", MetricType::kGauge, srv, std::vector<double>(n, 1));
-  f.Series("inf", "ithbat_serving_max_num_seqs", MetricType::kGauge, srv, std::vector<double>(n, s.slots));
-  f.Series("inf", "ithbat_serving_tensor_parallel_size", MetricType::kGauge, srv, std::vector<double>(n, 1));
-  for (int e = 0; e < s.engines; ++e) {
-    auto l = With(srv, {{"engine_index", std::to_string(e)}});
-    std::vector<double> run, wait, kv, blocks, prefill, decode, reqs;
-    for (int i = 0; i < s.scrapes; ++i) {
-      run.push_back(s.running(i));
-      wait.push_back(s.waiting(i));
-      kv.push_back(s.kv);
-      blocks.push_back(8000);
-      // 0.5 requests/s of 2 s each: one in service per replica (Little's law), prefill a fifth.
-      prefill.push_back(0.2 * i);
-      decode.push_back(0.8 * i);
-      reqs.push_back(0.5 * i);
-    }
-    f.Series("inf", "ithbat_serving_requests_running", MetricType::kGauge, l, run);
-    f.Series("inf", "ithbat_serving_requests_waiting", MetricType::kGauge, l, wait);
-    f.Series("inf", "ithbat_serving_kv_cache_usage_ratio", MetricType::kGauge, l, kv);
-    f.Series("inf", "ithbat_serving_kv_cache_blocks", MetricType::kGauge, l, blocks);
-    f.Series("inf", "ithbat_serving_prefill_seconds_total", MetricType::kCounter, l, prefill);
-    f.Series("inf", "ithbat_serving_decode_seconds_total", MetricType::kCounter, l, decode);
-    f.Series("inf", "ithbat_serving_time_to_first_token_requests_total", MetricType::kCounter, l, reqs);
-    // The engine's worker process holds the GPU (a child of the server's pid).
-    const testutil::Labels gpu = {{"gpu", std::to_string(e)}, {"gpu_uuid", "GPU-" + std::to_string(e)}};
-    f.Series("inf", "ithbat_gpu_process_memory_used_bytes", MetricType::kGauge,
-             With(gpu, {{"pid", std::to_string(501 + e)}}), std::vector<double>(n, 6e10));
-    f.Series("inf", "ithbat_gpu_utilization_ratio", MetricType::kGauge, gpu, std::vector<double>(n, s.util));
-  }
-}
+using ServeSpec = SyntheticFleet::ServeShape;
 
 std::vector<Finding> RunServer(const ServeSpec& s) {
   SyntheticFleet f;
-  AddServer(f, s);
+  f.InferenceServer("inf", s);
   return RunDetector(f.TakeView(), &DetectInferenceEfficiency, kT0 + (s.scrapes - 1) * kS);
 }
 

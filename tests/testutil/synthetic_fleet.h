@@ -3,6 +3,7 @@
 // detectors, the investigator, the lab's checks): one in-memory store per node, series with one
 // sample a second from a fixed time, events and step spans. Header-only: tests that include it
 // link ithbat_store (through ithbat_detect or ithbat_sim_lab).
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -107,6 +108,52 @@ class SyntheticFleet {
       auto ev = gpu;
       ev.emplace_back("reason", "hw_thermal_slowdown");
       Series(node, "ithbat_gpu_clock_event_active", MetricType::kGauge, ev, thermal);
+    }
+  }
+  // An inference server (engine vllm, port 8000, pid 500; `labels` added to its series) on `node`:
+  // `scrapes` scrapes a second from kT0, `engines` replicas each on its own GPU (its worker pid
+  // 501 + e holds it), 0.5 requests/s of 2 s each per replica, a fifth of the time in prefill.
+  struct ServeShape {
+    int scrapes = 60;
+    int engines = 2;
+    double slots = 32;
+    std::function<double(int)> running = [](int) { return 1.0; };
+    std::function<double(int)> waiting = [](int) { return 3.0; };
+    double kv = 0.05;
+    double util = 0.8;
+  };
+  void InferenceServer(const std::string& node, const ServeShape& s, const Labels& labels = {}) {
+    Labels srv = {{"engine", "vllm"}, {"port", "8000"}, {"pid", "500"}};
+    srv.insert(srv.end(), labels.begin(), labels.end());
+    const auto n = static_cast<size_t>(s.scrapes);
+    Series(node, "ithbat_serving_up", MetricType::kGauge, srv, std::vector<double>(n, 1));
+    Series(node, "ithbat_serving_max_num_seqs", MetricType::kGauge, srv, std::vector<double>(n, s.slots));
+    Series(node, "ithbat_serving_tensor_parallel_size", MetricType::kGauge, srv, std::vector<double>(n, 1));
+    for (int e = 0; e < s.engines; ++e) {
+      Labels l = srv;
+      l.emplace_back("engine_index", std::to_string(e));
+      std::vector<double> run, wait, kv, blocks, prefill, decode, reqs;
+      for (int i = 0; i < s.scrapes; ++i) {
+        run.push_back(s.running(i));
+        wait.push_back(s.waiting(i));
+        kv.push_back(s.kv);
+        blocks.push_back(8000);
+        prefill.push_back(0.2 * i);
+        decode.push_back(0.8 * i);
+        reqs.push_back(0.5 * i);
+      }
+      Series(node, "ithbat_serving_requests_running", MetricType::kGauge, l, run);
+      Series(node, "ithbat_serving_requests_waiting", MetricType::kGauge, l, wait);
+      Series(node, "ithbat_serving_kv_cache_usage_ratio", MetricType::kGauge, l, kv);
+      Series(node, "ithbat_serving_kv_cache_blocks", MetricType::kGauge, l, blocks);
+      Series(node, "ithbat_serving_prefill_seconds_total", MetricType::kCounter, l, prefill);
+      Series(node, "ithbat_serving_decode_seconds_total", MetricType::kCounter, l, decode);
+      Series(node, "ithbat_serving_time_to_first_token_requests_total", MetricType::kCounter, l, reqs);
+      const Labels gpu = {{"gpu", std::to_string(e)}, {"gpu_uuid", "GPU-" + std::to_string(e)}};
+      Labels proc = gpu;
+      proc.emplace_back("pid", std::to_string(501 + e));
+      Series(node, "ithbat_gpu_process_memory_used_bytes", MetricType::kGauge, proc, std::vector<double>(n, 6e10));
+      Series(node, "ithbat_gpu_utilization_ratio", MetricType::kGauge, gpu, std::vector<double>(n, s.util));
     }
   }
   std::map<std::string, std::unique_ptr<store::Store>> TakeStores() { return std::move(stores_); }

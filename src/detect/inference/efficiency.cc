@@ -343,6 +343,26 @@ class Server {
 
 }  // namespace
 
+std::vector<ServingEndpoint> DiscoverServers(const FleetView& view, TimeNs from, TimeNs to) {
+  std::map<std::pair<std::string, std::string>, TimeWindow> seen;
+  for (const auto& [v, s] : view.Samples("", "ithbat_serving_up", from, to)) {
+    TimeWindow w{kMaxTime, kMinTime};
+    for (const auto& x : s) {
+      if (!(x.v > 0)) continue;
+      w.start = std::min(w.start, x.t);
+      w.end = std::max(w.end, x.t);
+    }
+    if (w.start > w.end) continue;  // never up
+    std::string id = Label(v.labels, "job_id");
+    if (id.empty()) id = Label(v.labels, "engine") + ":" + Label(v.labels, "port");
+    auto [it, fresh] = seen.try_emplace({id, v.node}, w);
+    if (!fresh) it->second = {std::min(it->second.start, w.start), std::max(it->second.end, w.end)};
+  }
+  std::vector<ServingEndpoint> out;
+  for (const auto& [key, w] : seen) out.push_back(ServingEndpoint{key.first, key.second, w});
+  return out;
+}
+
 std::vector<Finding> DetectInferenceEfficiency(const DetectInput& in) {
   std::set<ServerKey> servers;
   for (const auto& [v, s] : in.view.Samples("", "ithbat_serving_up", in.from, in.now)) {

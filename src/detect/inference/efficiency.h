@@ -19,6 +19,7 @@
 // Its GPUs: those whose compute process is the server's pid, else (its engine workers are child
 // processes) the node's GPUs holding compute processes that no training job's rank owns, when
 // the node runs one server.
+#include <string>
 #include <vector>
 
 #include "core/finding.h"
@@ -54,5 +55,15 @@ inline constexpr double kTargetSlotShare = 0.5;
 inline constexpr double kTargetKvShare = 0.8;
 
 std::vector<Finding> DetectInferenceEfficiency(const DetectInput& in);
+
+// An inference server the stores know: the id its findings name (its job_id label, else
+// "engine:port"), its node, and its first and last scrape in the window asked.
+struct ServingEndpoint {
+  std::string id;
+  std::string node;
+  TimeWindow window;
+};
+// The servers seen up (ithbat_serving_up > 0) in [from, to], in (id, node) order.
+std::vector<ServingEndpoint> DiscoverServers(const FleetView& view, TimeNs from, TimeNs to);
 
 }  // namespace ithbat::detect
