@@ -92,7 +92,11 @@ void AddEvidenceCommands(CLI::App& app, EvidenceCommands& st) {
       "record",
       "Write one job's evidence (series, events, steps of its nodes, and the diagnoses) to a bundle file");
   auto& r = st.record;
-  st.record_cmd->add_option("--job", r.job, "The job id as the diagnoses name it (a training job's job_id; an inference server's job_id, else engine:port)")->required();
+  st.record_cmd
+      ->add_option("--job", r.job,
+                   "The job id as the diagnoses name it (a training job's job_id; an inference server's "
+                   "job_id, else engine:port)")
+      ->required();
   st.record_cmd->add_option("-o,--output", r.output, "The bundle file to write (never overwritten)")
       ->required();
   st.record_cmd->add_option(
