@@ -46,7 +46,7 @@ struct RankData {
   Deltas grid;                    // thread blocks launched (the work proxy)
   Deltas io;                      // seconds inside write/fsync/close
   Deltas runnable;                // seconds its main thread waited for a CPU (sched_io)
-  std::map<TimeNs, double> util;  // its GPU's utilisation samples
+  std::map<TimeNs, double> util;  // its GPU's utilisation samples while the job trains (LoadNode)
 };
 
 struct NodeData {
@@ -107,6 +107,16 @@ NodeData LoadNode(const FleetView& view, const JobView& job, const std::string& 
     n.ranks.push_back(std::move(r));
   }
   n.rank_seconds = static_cast<double>(n.ranks.size()) * static_cast<double>(to - from) / kNsPerSec;
+  // The GPUs' utilisation counts from a tick before the node's first aligned collective: the idle
+  // GPUs of the job's start-up are neither an input-bound job nor a starved rank.
+  TimeNs training = 0;
+  for (const auto& r : n.ranks) {
+    auto first = std::find_if(r.aligned.begin(), r.aligned.end(), [](const auto& kv) { return kv.second > 0; });
+    if (first != r.aligned.end() && (training == 0 || first->first < training)) training = first->first;
+  }
+  if (training > 0) {
+    for (auto& r : n.ranks) r.util.erase(r.util.begin(), r.util.lower_bound(training - kNsPerSec));
+  }
   store::EventQuery q;
   q.kinds = {EventKind::kCheckpointBegin, EventKind::kCheckpointEnd};
   q.job = job.id;
@@ -372,25 +382,11 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
   return out;
 }
 
-double MeanUtil(const RankData& r, TimeNs since = 0) {
+double MeanUtil(const RankData& r) {
+  if (r.util.empty()) return std::nan("");
   double s = 0;
-  size_t n = 0;
-  for (auto it = r.util.lower_bound(since); it != r.util.end(); ++it, ++n) s += it->second;
-  return n > 0 ? s / static_cast<double>(n) : std::nan("");
-}
-
-// When the node's ranks began to train: the first tick with an aligned collective (0: none).
-TimeNs FirstCollective(const NodeData& n) {
-  TimeNs first = 0;
-  for (const auto& r : n.ranks) {
-    for (const auto& [t, x] : r.aligned) {
-      if (x > 0) {
-        if (first == 0 || t < first) first = t;
-        break;
-      }
-    }
-  }
-  return first;
+  for (const auto& [t, u] : r.util) s += u;
+  return s / static_cast<double>(r.util.size());
 }
 
 struct NodeVerdict {
@@ -665,9 +661,8 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
               "rank {} on {} is always last ({:.0f}% of collectives) because it launches {:.2f}x its "
               "peers' work (rank-0 extra work, a last pipeline stage or an uneven shard)",
               p.rank, node, 100 * v.top_share, work);
-        } else {
-          f.cause = Cause::kUnknown;  // no reason of its own: maybe its host (below)
         }
+        // With no reason of its own (the cause left unknown) it may be its host's: below.
         if (f.cause != Cause::kUnknown) {
           f.evidence.push_back(wait_evidence);
           AddCost(f, n.lag, n.rank_seconds);
@@ -677,12 +672,9 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
       }
       // Roaming, or a persistent last rank with no reason of its own: why is the last rank late?
       // (A host that starves one rank's GPU for a while keeps that rank last for as long.)
-      // The GPUs' utilisation while the job trains: from a tick before its first collective (the
-      // idle GPUs of its start-up are not an input-bound job).
-      const TimeNs training = FirstCollective(n);
       std::vector<double> util;
       for (const auto& r : n.ranks) {
-        const double u = MeanUtil(r, training > 0 ? training - kNsPerSec : 0);
+        const double u = MeanUtil(r);
         if (std::isfinite(u)) util.push_back(u);
       }
       const double mean_util = Mean(util);
