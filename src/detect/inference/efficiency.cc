@@ -17,11 +17,6 @@ namespace {
 constexpr TimeNs kBucket = kNsPerSec / 2;
 TimeNs BucketOf(TimeNs t) { return (t + kBucket / 2) / kBucket * kBucket; }
 
-struct ServerKey {
-  std::string node, engine, port, pid;
-  auto operator<=>(const ServerKey&) const = default;
-};
-
 struct Scrape {
   // per engine_index: running, waiting, kv usage
   std::map<std::string, std::tuple<double, double, double>> engines;
@@ -36,7 +31,7 @@ double SeriesGrowth(const std::vector<store::Sample>& s) {
 
 class Server {
  public:
-  Server(const DetectInput& in, ServerKey key, int servers_on_node)
+  Server(const DetectInput& in, ServingEndpoint key, int servers_on_node)
       : in_(in), key_(std::move(key)), servers_on_node_(servers_on_node) {}
 
   void Run(std::vector<Finding>& out) {
@@ -65,7 +60,6 @@ class Server {
     for (const char* m : {"ithbat_serving_max_num_seqs", "ithbat_serving_max_concurrent_requests"}) {
       for (const auto& [v, s] : Get(m)) {
         for (const auto& x : s) slots_ = std::max(slots_, x.v);
-        if (job_.empty()) job_ = Label(v.labels, "job_id");
       }
       if (slots_ > 0) break;
     }
@@ -82,7 +76,6 @@ class Server {
          {"ithbat_serving_requests_running", "ithbat_serving_requests_waiting", "ithbat_serving_kv_cache_usage_ratio"}) {
       for (const auto& [v, s] : Get(m)) {
         const std::string e = Label(v.labels, "engine_index");
-        if (job_.empty()) job_ = Label(v.labels, "job_id");
         for (const auto& x : s) {
           auto& slot = scrapes_[BucketOf(x.t)].engines[e];
           (which == 0 ? std::get<0>(slot) : which == 1 ? std::get<1>(slot) : std::get<2>(slot)) = x.v;
@@ -90,7 +83,7 @@ class Server {
       }
       ++which;
     }
-    identity_ = job_.empty() ? key_.engine + ":" + key_.port : job_;
+
   }
 
   void FindGpus() {
@@ -190,7 +183,7 @@ class Server {
     Finding f;
     f.detector = "inference_efficiency";
     f.cause = cause;
-    f.subjects.job = identity_;
+    f.subjects.job = key_.id;
     f.subjects.nodes = {key_.node};
     f.subjects.gpus = gpus_;
     const int32_t pid = ParseInt(key_.pid);
@@ -200,7 +193,7 @@ class Server {
   }
 
   void AddReport(Finding& f, int gpus_needed, const std::string& how) const {
-    const std::string subject = identity_ + " on " + key_.node;
+    const std::string subject = key_.id + " on " + key_.node;
     if (prefill_share_ >= 0) {
       f.evidence.push_back(MakeEvidence("ithbat_serving_prefill_seconds_total/ithbat_serving_decode_seconds_total",
                               kCollectorServing, subject, prefill_share_, 0, "ratio",
@@ -226,12 +219,12 @@ class Server {
     }
     f.baseline_origin = fmt::format("the server's own load (requests, prefill and decode time, KV per request); GPUs "
                                     "from {}; subject named {}",
-                                    gpu_origin_, job_.empty() ? "engine:port (no job id tagged)" : "by its job id");
+                                    gpu_origin_, key_.job.empty() ? "engine:port (no job id tagged)" : "by its job id");
   }
 
   void AddGpuEvidence(Finding& f, double expected, const std::string& note) const {
     if (util_ < 0) return;
-    f.evidence.push_back(MakeEvidence("ithbat_gpu_utilization_ratio", kCollectorGpu, identity_ + " GPUs", util_, expected, "ratio",
+    f.evidence.push_back(MakeEvidence("ithbat_gpu_utilization_ratio", kCollectorGpu, key_.id + " GPUs", util_, expected, "ratio",
                             note, f.window));
   }
 
@@ -259,7 +252,7 @@ class Server {
     Finding f = Base(Cause::kServingConfig);
     const int engines = std::max(1, engines_);
     f.provable_at = first;
-    const std::string subject = identity_ + " on " + key_.node;
+    const std::string subject = key_.id + " on " + key_.node;
     f.evidence.push_back(MakeEvidence("ithbat_serving_requests_waiting", kCollectorServing, subject, wait_sum / seen / engines, 0,
                             "requests",
                             fmt::format("requests waited with free slots in {} of {} scrapes ({:.1f} waiting per replica "
@@ -282,7 +275,7 @@ class Server {
         "Server {} on {}: requests waited while slots were free in {} of {} scrapes ({:.1f} of {:.0f} slots running per "
         "replica, {:.1f} waiting); prefill {:.0f}% of GPU time, KV headroom {:.0f}% at peak; {} GPU(s) would serve the "
         "load with batching instead of {}",
-        identity_, key_.node, both, seen, run_sum / seen / engines, slots_, wait_sum / seen / engines,
+        key_.id, key_.node, both, seen, run_sum / seen / engines, slots_, wait_sum / seen / engines,
         100 * std::max(0.0, prefill_share_), 100 * (1 - kv_peak_), gpus_batched_,
         gpus_.empty() ? engines * std::max(1, tp_) : static_cast<int>(gpus_.size()));
     out.push_back(std::move(f));
@@ -306,7 +299,7 @@ class Server {
     }
     Finding f = Base(Cause::kOverProvisioned);
     f.provable_at = scrapes_.rbegin()->first;
-    const std::string subject = identity_ + " on " + key_.node;
+    const std::string subject = key_.id + " on " + key_.node;
     f.evidence.push_back(MakeEvidence("ithbat_serving_requests_running/ithbat_serving_max_num_seqs", kCollectorServing, subject,
                             p95, slots_ * engines, "requests",
                             fmt::format("nothing waited in {} of {} scrapes; at most {:.0f} of {:.0f} slots ran (95th "
@@ -321,14 +314,14 @@ class Server {
     f.summary = fmt::format(
         "Server {} on {} is over-provisioned: nothing waits, at most {:.0f} of {:.0f} slots run, its {} GPUs are busy "
         "{:.0f}%; {} GPU(s) would serve the same load at the same latency",
-        identity_, key_.node, p95, slots_ * engines, held, 100 * util_, gpus_same_latency_);
+        key_.id, key_.node, p95, slots_ * engines, held, 100 * util_, gpus_same_latency_);
     out.push_back(std::move(f));
   }
 
   const DetectInput& in_;
-  ServerKey key_;
+  ServingEndpoint key_;
   int servers_on_node_ = 1;
-  std::string job_, identity_, gpu_origin_;
+  std::string gpu_origin_;
   double slots_ = 0;
   int tp_ = 1, engines_ = 0;
   std::map<std::string, double> kv_blocks_;
@@ -344,7 +337,7 @@ class Server {
 }  // namespace
 
 std::vector<ServingEndpoint> DiscoverServers(const FleetView& view, TimeNs from, TimeNs to) {
-  std::map<std::pair<std::string, std::string>, TimeWindow> seen;
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, ServingEndpoint> seen;
   for (const auto& [v, s] : view.Samples("", "ithbat_serving_up", from, to)) {
     TimeWindow w{kMaxTime, kMinTime};
     for (const auto& x : s) {
@@ -353,28 +346,27 @@ std::vector<ServingEndpoint> DiscoverServers(const FleetView& view, TimeNs from,
       w.end = std::max(w.end, x.t);
     }
     if (w.start > w.end) continue;  // never up
-    std::string id = Label(v.labels, "job_id");
-    if (id.empty()) id = Label(v.labels, "engine") + ":" + Label(v.labels, "port");
-    auto [it, fresh] = seen.try_emplace({id, v.node}, w);
-    if (!fresh) it->second = {std::min(it->second.start, w.start), std::max(it->second.end, w.end)};
+    ServingEndpoint e{v.node, Label(v.labels, "engine"), Label(v.labels, "port"), Label(v.labels, "pid"),
+                      Label(v.labels, "job_id"), "", w};
+    auto [it, fresh] = seen.try_emplace({e.node, e.engine, e.port, e.pid}, e);
+    if (fresh) continue;
+    it->second.window = {std::min(it->second.window.start, w.start), std::max(it->second.window.end, w.end)};
+    if (it->second.job.empty()) it->second.job = e.job;
   }
   std::vector<ServingEndpoint> out;
-  for (const auto& [key, w] : seen) out.push_back(ServingEndpoint{key.first, key.second, w});
+  for (auto& [key, e] : seen) {
+    e.id = e.job.empty() ? e.engine + ":" + e.port : e.job;
+    out.push_back(std::move(e));
+  }
   return out;
 }
 
 std::vector<Finding> DetectInferenceEfficiency(const DetectInput& in) {
-  std::set<ServerKey> servers;
-  for (const auto& [v, s] : in.view.Samples("", "ithbat_serving_up", in.from, in.now)) {
-    bool up = false;
-    for (const auto& x : s) up = up || x.v > 0;
-    if (!up) continue;
-    servers.insert({v.node, Label(v.labels, "engine"), Label(v.labels, "port"), Label(v.labels, "pid")});
-  }
+  const std::vector<ServingEndpoint> servers = DiscoverServers(in.view, in.from, in.now);
   std::map<std::string, int> per_node;
-  for (const auto& k : servers) ++per_node[k.node];
+  for (const auto& e : servers) ++per_node[e.node];
   std::vector<Finding> out;
-  for (const auto& k : servers) Server(in, k, per_node[k.node]).Run(out);
+  for (const auto& e : servers) Server(in, e, per_node[e.node]).Run(out);
   return out;
 }
 

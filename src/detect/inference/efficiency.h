@@ -56,14 +56,14 @@ inline constexpr double kTargetKvShare = 0.8;
 
 std::vector<Finding> DetectInferenceEfficiency(const DetectInput& in);
 
-// An inference server the stores know: the id its findings name (its job_id label, else
-// "engine:port"), its node, and its first and last scrape in the window asked.
+// An inference server the stores know (one engine, port and pid on a node), the id its findings
+// name (its job_id label, else "engine:port"), and its first and last scrape up in the window.
 struct ServingEndpoint {
+  std::string node, engine, port, pid;
+  std::string job;  // the job_id label, "" when the agent tagged none
   std::string id;
-  std::string node;
   TimeWindow window;
 };
-// The servers seen up (ithbat_serving_up > 0) in [from, to], in (id, node) order.
 std::vector<ServingEndpoint> DiscoverServers(const FleetView& view, TimeNs from, TimeNs to);
 
 }  // namespace ithbat::detect
