@@ -244,21 +244,30 @@ WebhookNotifier::Impl::Outcome WebhookNotifier::Impl::Attempt(const std::string&
   // The receiver's answer is read but not kept beyond a bound: a hostile endpoint cannot make
   // the notifier hold a large body.
   std::string answer;
+  // The status arrives with the headers, before the body: an answer cut off at the bound still
+  // says whether the message was taken (a receiver that accepts with a long page is not a failure).
+  int header_status = 0;
+  bool cut = false;
+  req.response_handler = [&](const httplib::Response& res) {
+    header_status = res.status;
+    return true;
+  };
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
     received += n;
     if (answer.size() < 512) answer.append(data, std::min(n, 512 - answer.size()));
-    return received <= max_bytes;
+    cut = received > max_bytes;
+    return !cut;
   };
   httplib::Result r = client->send(req);
-  if (!r) {
+  if (!r && !(cut && header_status > 0)) {
     *why = fmt::format("cannot deliver to {}: {}", scheme_host_port, httplib::to_string(r.error()));
     return r.error() == httplib::Error::Canceled ? Outcome::kGiveUp : Outcome::kRetry;
   }
-  const int status = r->status;
+  const int status = r ? r->status : header_status;
   if (status >= 200 && status < 300) return Outcome::kSent;
-  *why = fmt::format("{} answered {}{}{}", scheme_host_port, status, answer.empty() ? "" : ": ",
-                     answer.substr(0, 200));
-  if (status == 429) {
+  *why = fmt::format("{} answered {}{}{}{}", scheme_host_port, status, answer.empty() ? "" : ": ",
+                     answer.substr(0, 200), cut ? fmt::format(" (answer cut at {} bytes)", max_bytes) : "");
+  if (status == 429 && r) {
     const std::string text = r->get_header_value("Retry-After");
     unsigned seconds = 0;
     auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);

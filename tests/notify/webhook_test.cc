@@ -1,6 +1,6 @@
 // The webhook notifier against a local HTTP receiver on loopback: one message per transition,
-// the Slack payload's fields, retries on 500/429/connection errors, giving up on 400, the queue
-// bound.
+// the Slack payload's fields, retries on 500/429/connection errors, giving up on 400, an answer
+// longer than the bound, the queue bound.
 #include "notify/webhook.h"
 
 #include <atomic>
@@ -52,9 +52,9 @@ Diagnosis Storage(std::string id, DiagnosisState state = DiagnosisState::kOpen, 
 // every body it got.
 class Receiver {
  public:
-  explicit Receiver(std::vector<int> script = {}, std::string retry_after = "")
+  explicit Receiver(std::vector<int> script = {}, std::string retry_after = "", size_t answer_bytes = 0)
       : script_(script.begin(), script.end()), retry_after_(std::move(retry_after)) {
-    server_.Post("/hooks/T000", [this](const httplib::Request& req, httplib::Response& res) {
+    server_.Post("/hooks/T000", [this, answer_bytes](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard lock(mu_);
       bodies_.push_back(req.body);
       content_types_.push_back(req.get_header_value("Content-Type"));
@@ -64,7 +64,8 @@ class Receiver {
         script_.pop_front();
       }
       if (res.status == 429 && !retry_after_.empty()) res.set_header("Retry-After", retry_after_);
-      res.set_content(res.status == 200 ? "ok" : "no", "text/plain");
+      res.set_content(answer_bytes > 0 ? std::string(answer_bytes, 'x') : res.status == 200 ? "ok" : "no",
+                      "text/plain");
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
@@ -239,6 +240,32 @@ TEST(WebhookNotifier, GivesUpOn400AtOnce) {
   ASSERT_TRUE((*n)->Enqueue(R"({"text":"good"})"));
   ASSERT_TRUE((*n)->Flush(5 * kNsPerSec));
   EXPECT_EQ((*n)->Stats().sent, 1u);
+}
+
+// A receiver's answer is read up to max_response_bytes; one longer than that is cut off, and the
+// status it came with still decides: taken (2xx) is sent, a refusal is retried.
+TEST(WebhookNotifier, ALongAnswerIsCutOffAndItsStatusStillCounts) {
+  Receiver accepts({}, "", 100 * 1024);
+  WebhookOptions o = Fast(accepts.Url());
+  o.max_response_bytes = 1024;
+  auto n = WebhookNotifier::Start(o);
+  ASSERT_TRUE(n.has_value());
+  ASSERT_TRUE((*n)->Enqueue(R"({"text":"x"})"));
+  ASSERT_TRUE((*n)->Flush(5 * kNsPerSec));
+  EXPECT_EQ((*n)->Stats().sent, 1u);
+  EXPECT_EQ((*n)->Stats().failed, 0u);
+
+  Receiver refuses({503, 503}, "", 100 * 1024);
+  o.url = refuses.Url();
+  o.max_attempts = 2;
+  auto m = WebhookNotifier::Start(o);
+  ASSERT_TRUE(m.has_value());
+  ASSERT_TRUE((*m)->Enqueue(R"({"text":"x"})"));
+  ASSERT_TRUE((*m)->Flush(5 * kNsPerSec));
+  EXPECT_EQ(refuses.Bodies().size(), 2u);
+  EXPECT_EQ((*m)->Stats().retries, 1u);
+  EXPECT_EQ((*m)->Stats().failed, 1u);
+  EXPECT_EQ((*m)->Stats().sent, 0u);
 }
 
 TEST(WebhookNotifier, ConnectionErrorsAreRetriedThenCounted) {
