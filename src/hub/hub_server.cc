@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/logging.h"
-#include "core/version.h"
 #include "serve/api.h"
 #include "serve/http_base.h"
 
