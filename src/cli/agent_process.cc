@@ -164,6 +164,7 @@ Result<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentOptions& op
     so.bind_address = options.listen_address;
     so.port = options.listen_port;
     so.bearer_token = std::move(token);
+    so.node = options.node.empty() ? HostName() : options.node;
     const agent::Runtime* rt = p->runtime_.get();
     serve::ServerSources sources;
     sources.collectors = [rt] { return rt->Status(); };

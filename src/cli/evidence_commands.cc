@@ -102,7 +102,7 @@ void AddEvidenceCommands(CLI::App& app, EvidenceCommands& st) {
   st.record_cmd->add_option(
       "--data-dir", r.data_dirs,
       "[NODE=]DIR: a stopped agent's data directory (NODE defaults to the directory's name)");
-  st.record_cmd->add_option("--agent", r.agents, "[NODE=]HOST:PORT: a running agent (NODE defaults to HOST)");
+  st.record_cmd->add_option("--agent", r.agents, "[NODE=]HOST:PORT: a running agent (NODE defaults to the node name it reports, else HOST)");
   st.record_cmd->add_option("--agent-token-file", r.agent_token_file, "Bearer token file for the agents");
   st.record_cmd->add_option("--from", r.from,
                             "Window start (RFC 3339 or Unix seconds; default: the job's start)");
@@ -208,12 +208,17 @@ int RunRecordCommand(const RecordCommandOptions& o, std::FILE* out, std::FILE* e
         fmt::print(err, "ithbat record: --agent {}: {}\n", spec, hp.error().message);
         return 2;
       }
-      if (node.empty()) node = hp->host;
+      remote::AgentClient client(ClientOptions(*hp, *token));
+      if (node.empty()) {
+        // The node name the agent's own diagnoses use, so the bundle's diagnoses name it alike;
+        // its host when it reports none (or cannot be asked: the pull below says why).
+        auto reported = client.NodeName();
+        node = reported && !reported->empty() ? *reported : hp->host;
+      }
       if (stores.count(node) != 0) {
         fmt::print(err, "ithbat record: node '{}' given twice (name them: --agent NODE=HOST:PORT)\n", node);
         return 2;
       }
-      remote::AgentClient client(ClientOptions(*hp, *token));
       auto s = store::Store::Open(CopyStoreOptions());
       if (!s) {
         fmt::print(err, "ithbat record: {}\n", s.error().message);

@@ -57,7 +57,7 @@ Result<std::vector<AgentTarget>> ParseAgentTargets(const std::vector<std::string
     }
     auto hp = remote::ParseHostPort(text, kDefaultAgentPort);
     if (!hp) return MakeErrorF(ErrorCode::kInvalidArgument, "--agent {}", hp.error().message);
-    out.push_back(AgentTarget{std::string(node), hp->host, hp->port});
+    out.push_back(AgentTarget{std::string(node), hp->host, hp->port, !node.empty()});
     named.push_back(!node.empty());
   }
   std::map<std::string, int> per_host;
@@ -78,10 +78,11 @@ Result<std::vector<AgentTarget>> ParseAgentTargets(const std::vector<std::string
 }
 
 struct Hub::Node {
-  AgentTarget target;
+  AgentTarget target;  // its node name changes only in its own pull, under Hub::mu_ (AdoptName)
   std::unique_ptr<store::Store> store;
   std::unique_ptr<remote::AgentClient> client;
   AgentState state;  // guarded by Hub::mu_ (written by the pull, read by the server)
+  bool name_asked = false;  // unnamed targets: the agent answered /api/v1/version once
 };
 
 Hub::Hub(HubOptions options) : options_(std::move(options)), investigator_(options_.investigate) {}
@@ -141,6 +142,13 @@ void Hub::PullOne(Node& node, TimeNs now) {
   remote::PullStats stats;
   Status st = Ok();
   try {
+    if (!node.target.named && !node.name_asked) {
+      // Asked until the agent answers once; an agent that names no node keeps the host's name.
+      if (auto name = node.client->NodeName()) {
+        node.name_asked = true;
+        AdoptName(node, *name);
+      }
+    }
     st = node.client->PullInto(*node.store, from, now, &stats);
   } catch (const std::exception& e) {
     st = MakeErrorF(ErrorCode::kInternal, "pull from {} threw: {}", node.target.Address(), e.what());
@@ -175,6 +183,7 @@ void Hub::PullOne(Node& node, TimeNs now) {
   } else if (after.up && !st && after.last_error != before.last_error) {
     log->warn("agent {} (node {}): {}", node.target.Address(), node.target.node, after.last_error);
   }
+  after.target = node.target;  // renamed by AdoptName since `before` was taken
   std::lock_guard lock(mu_);
   node.state = std::move(after);
 }
@@ -189,6 +198,25 @@ void Hub::PullAll(TimeNs now) {
     for (size_t k = i; k < end; ++k) threads.emplace_back([this, k, now] { PullOne(*nodes_[k], now); });
     for (auto& t : threads) t.join();
   }
+}
+
+void Hub::AdoptName(Node& node, const std::string& reported) {
+  if (reported.empty() || reported == node.target.node) return;
+  auto log = agent::GetLogger("hub");
+  std::lock_guard lock(mu_);
+  // Other pulls rename only their own node, under mu_: the names read here are settled.
+  const bool taken = std::any_of(nodes_.begin(), nodes_.end(),
+                                 [&](const auto& o) { return o.get() != &node && o->target.node == reported; });
+  if (taken) {
+    log->warn("agent {} reports node '{}', which another agent's node is named already; it stays '{}' (name it with "
+              "--agent NODE=HOST:PORT)",
+              node.target.Address(), reported, node.target.node);
+    return;
+  }
+  log->info("agent {} reports node '{}': its data is filed under it (was '{}')", node.target.Address(), reported,
+            node.target.node);
+  node.target.node = reported;
+  node.state.target.node = reported;
 }
 
 Status Hub::Round(TimeNs now) {

@@ -41,12 +41,15 @@ struct AgentTarget {
   std::string node;
   std::string host;
   uint16_t port = 0;
+  // Named with NODE=: kept. Otherwise the hub asks the agent for the node name its own
+  // diagnoses use (/api/v1/version) on first contact and takes it when no other agent has it.
+  bool named = false;
   std::string Address() const;  // host:port
 };
 
 // `--agent` values: "HOST:PORT", "HOST" (port 9479), "[V6]:PORT", or "NODE=HOST:PORT" to name the
 // node. Unnamed agents are named by their host, or by host:port when several agents share a host
-// (several agents on one machine, as in tests). Errors: kInvalidArgument for a bad value, a
+// (several agents on one machine, as in tests), until they report their node name. Errors: kInvalidArgument for a bad value, a
 // node named twice, or the same address twice.
 Result<std::vector<AgentTarget>> ParseAgentTargets(const std::vector<std::string>& values);
 
@@ -114,6 +117,8 @@ class Hub {
   struct Node;
   void PullAll(TimeNs now);
   void PullOne(Node& node, TimeNs now);
+  // Files `node`'s data under the node name its agent reported, unless another node has it.
+  void AdoptName(Node& node, const std::string& reported);
 
   const HubOptions options_;
   std::vector<std::unique_ptr<Node>> nodes_;    // one per agent; its store only its pull touches

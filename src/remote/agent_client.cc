@@ -744,6 +744,41 @@ Result<std::string> AgentClient::Health() {
   return std::move(a->body);
 }
 
+Result<std::string> AgentClient::NodeName() {
+  impl_->pull_stats = nullptr;
+  const std::string path = "/api/v1/version";
+  auto a = impl_->Get(path, {});
+  impl_->client.stop();
+  if (!a) return std::unexpected(a.error());
+  if (a->status != 200) return impl_->StatusError(path, *a);
+  json j;
+  try {
+    j = json::parse(a->body);
+  } catch (const std::exception& e) {
+    return MakeErrorF(ErrorCode::kParse, "the agent at {} answered {} with invalid JSON: {}", impl_->Address(), path,
+                      Cut(e.what()));
+  }
+  if (!j.is_object()) {
+    return MakeErrorF(ErrorCode::kParse, "the agent at {} answered {} with something other than an object",
+                      impl_->Address(), path);
+  }
+  auto it = j.find("node");
+  if (it == j.end()) return std::string();  // an agent that names no node
+  if (!it->is_string()) {
+    return MakeErrorF(ErrorCode::kParse, "the agent at {} answered {} with a node that is not a string",
+                      impl_->Address(), path);
+  }
+  std::string node = it->get<std::string>();
+  const bool bad = node.size() > 253 || std::any_of(node.begin(), node.end(), [](char c) {
+                     return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f;
+                   });
+  if (bad) {
+    return MakeErrorF(ErrorCode::kParse, "the agent at {} reports a node name that is not one ('{}')",
+                      impl_->Address(), Cut(node));
+  }
+  return node;
+}
+
 Status AgentClient::PullInto(store::Store& store, TimeNs from, TimeNs to, PullStats* stats) {
   PullStats local;
   PullStats& st = stats ? *stats : local;

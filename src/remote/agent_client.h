@@ -72,6 +72,10 @@ class AgentClient {
 
   // GET /healthz's body parsed as JSON text (liveness; never needs a token).
   Result<std::string> Health();
+  // GET /api/v1/version's `node`: the node name the agent's own diagnoses use; "" from an agent
+  // that reports none. Errors: as Diagnoses(), and kParse for a name that is not one (empty is
+  // allowed; over 253 bytes, control characters or spaces are not).
+  Result<std::string> NodeName();
 
   // Copies into `store` what the agent holds in [from, to]: every stored metric's series with
   // the agent's descriptors (name, type, unit, help, label names) and labels, every event, and

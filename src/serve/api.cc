@@ -432,8 +432,9 @@ ApiResponse ServeHealth(const std::vector<agent::CollectorStatus>& collectors) {
   return ApiResponse{200, std::string(kJsonContentType), Dump(body)};
 }
 
-ApiResponse ServeVersion() {
+ApiResponse ServeVersion(std::string_view node) {
   json body = {{"version", kVersion}, {"api", "v1"}};
+  if (!node.empty()) body["node"] = node;
   return ApiResponse{200, std::string(kJsonContentType), Dump(body)};
 }
 

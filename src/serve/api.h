@@ -50,7 +50,9 @@ ApiResponse ServeEvents(const store::Store& store, const QueryParams& params);
 ApiResponse ServeSteps(const store::Store& store, const QueryParams& params, TimeNs now);
 ApiResponse ServeMetricList(const store::Store& store, const std::vector<MetricDesc>& declared);
 ApiResponse ServeHealth(const std::vector<agent::CollectorStatus>& collectors);
-ApiResponse ServeVersion();
+// {"api":"v1","version":…,"node":…}: `node` is the node name the agent was started with (its
+// diagnoses name it; the hub and `ithbat record` name the agent's data by it), left out when empty.
+ApiResponse ServeVersion(std::string_view node = {});
 // {"schema":"ithbat.diagnosis/v1","diagnoses":[schema v1 objects]}; `enabled` false (the agent
 // runs no diagnosis) gives 503, so "nothing found" and "not looking" never look the same.
 ApiResponse ServeDiagnoses(bool enabled, const std::vector<Diagnosis>& diagnoses);

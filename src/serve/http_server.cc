@@ -89,7 +89,7 @@ void HttpServer::Impl::AddRoutes() {
     const bool enabled = static_cast<bool>(sources.diagnoses);
     return ServeDiagnoses(enabled, enabled ? sources.diagnoses() : std::vector<Diagnosis>());
   });
-  http.Get("/api/v1/version", "version", [](const httplib::Request&) { return ServeVersion(); });
+  http.Get("/api/v1/version", "version", [this](const httplib::Request&) { return ServeVersion(options.node); });
 }
 
 HttpServer::HttpServer() = default;

@@ -28,6 +28,7 @@ struct ServerOptions {
   size_t max_series_per_query = 10'000;
   size_t max_samples_per_query = 5'000'000;
   int threads = 4;
+  std::string node;  // the node name /api/v1/version reports (empty: none)
 };
 
 // What the server reads besides the store. All are optional (may be empty functions). Each is

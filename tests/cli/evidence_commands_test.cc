@@ -142,6 +142,24 @@ TEST(EvidenceCommands, RecordFromARunningAgentOverItsApi) {
   EXPECT_NE(out2.Text().find("\"cause\":\"data_imbalance\""), std::string::npos) << out2.Text();
   EXPECT_NE(out2.Text().find("\"n1\""), std::string::npos) << "the node is named as given";
 
+  // Given by address only: the node is named as the agent names it (its --node), so the bundle's
+  // diagnoses name the node the agent's own did.
+  serve::ServerOptions named = so;
+  named.node = "gpu-a07";
+  auto reporting = serve::HttpServer::Start(fleet.Node("n1"), {}, named);
+  ASSERT_TRUE(reporting.has_value()) << reporting.error().ToString();
+  RecordCommandOptions by_address = r;
+  by_address.output = (dir.path() / "by-address.ithbat").string();
+  by_address.agents = {fmt::format("127.0.0.1:{}", (*reporting)->port())};
+  Capture out4, err4;
+  ASSERT_EQ(RunRecordCommand(by_address, out4.f, err4.f), 0) << err4.Text();
+  DiagnoseCommandOptions d4 = d;
+  d4.bundle = by_address.output;
+  Capture out5, err5;
+  ASSERT_EQ(RunDiagnoseCommand(d4, out5.f, err5.f), 0) << err5.Text();
+  EXPECT_NE(out5.Text().find("\"gpu-a07\""), std::string::npos) << out5.Text();
+  EXPECT_EQ(out5.Text().find("127.0.0.1"), std::string::npos) << out5.Text();
+
   // An agent that is not there: exit 1 with its address, no file left behind.
   RecordCommandOptions gone = r;
   gone.output = (dir.path() / "gone.ithbat").string();

@@ -347,6 +347,55 @@ TEST_F(HubTest, TheWebhookHearsOfEachTransitionOnce) {
               HasSubstr(fmt::format("ithbat_hub_webhook_sent_total {}\n", bodies.size())));
 }
 
+// Agents given by address only: each is filed under the node name it reports (its --node, the
+// name its own diagnoses use), so the hub's diagnoses name the same nodes as the agents' own. A
+// name another node has already stays the address's; NODE= is never replaced.
+TEST_F(HubTest, AnUnnamedAgentIsFiledUnderTheNodeItReports) {
+  servers_.clear();
+  for (const char* node : {"n1", "n2"}) {
+    serve::ServerOptions o;
+    o.port = 0;
+    o.node = node;
+    auto s = serve::HttpServer::Start(fleet_.Node(node), {}, o);
+    ASSERT_TRUE(s.has_value()) << s.error().ToString();
+    servers_.push_back(std::move(*s));
+  }
+  const std::string a = fmt::format("127.0.0.1:{}", servers_[0]->port());
+  const std::string b = fmt::format("127.0.0.1:{}", servers_[1]->port());
+  {
+    HubOptions o = Options();
+    auto targets = ParseAgentTargets({a, b});
+    ASSERT_TRUE(targets.has_value());
+    EXPECT_EQ((*targets)[0].node, a);  // until the agent answers
+    o.agents = *targets;
+    auto hub = Hub::Create(o);
+    ASSERT_TRUE(hub.has_value());
+    ASSERT_TRUE((*hub)->Round(kNow).has_value());
+    std::set<std::string> named;
+    for (const auto& s : (*hub)->Agents()) named.insert(s.target.node);
+    EXPECT_EQ(named, (std::set<std::string>{"n1", "n2"}));
+    const auto ds = (*hub)->Current();
+    const Diagnosis* d = FindStorage(ds);
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(std::set<std::string>(d->subjects.nodes.begin(), d->subjects.nodes.end()),
+              (std::set<std::string>{"n1", "n2"}));
+  }
+  {
+    // The second agent claims a name the first one is given explicitly: it keeps its address.
+    HubOptions o = Options();
+    auto targets = ParseAgentTargets({"n2=" + a, b});
+    ASSERT_TRUE(targets.has_value());
+    o.agents = *targets;
+    auto hub = Hub::Create(o);
+    ASSERT_TRUE(hub.has_value());
+    ASSERT_TRUE((*hub)->Round(kNow).has_value());
+    const auto agents = (*hub)->Agents();
+    ASSERT_EQ(agents.size(), 2u);
+    EXPECT_EQ(agents[0].target.node, "n2");  // NODE= kept, though the agent reports n1
+    EXPECT_EQ(agents[1].target.node, b);
+  }
+}
+
 TEST(AgentTargets, NamesNodesByHostOrAddress) {
   auto a = ParseAgentTargets({"node01:9479", "node02"});
   ASSERT_TRUE(a.has_value()) << a.error().message;
@@ -359,6 +408,8 @@ TEST(AgentTargets, NamesNodesByHostOrAddress) {
   EXPECT_EQ((*b)[1].node, "127.0.0.1:1001");
   EXPECT_EQ((*b)[2].node, "gpu7");
   EXPECT_EQ((*b)[2].host, "10.0.0.7");
+  EXPECT_TRUE((*b)[2].named);
+  EXPECT_FALSE((*b)[0].named);
   EXPECT_FALSE(ParseAgentTargets({"h:1", "h:1"}).has_value());
   EXPECT_FALSE(ParseAgentTargets({"x=h:1", "x=g:1"}).has_value());
   EXPECT_FALSE(ParseAgentTargets({"=h:1"}).has_value());

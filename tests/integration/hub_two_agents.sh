@@ -2,9 +2,10 @@
 # `ithbat hub` over two real agents on loopback: each agent runs on its own fake node (its own
 # fake-hardware state, as two_nodes.sh) with a bearer token, and node A's kernel log (a regular
 # file given as --kmsg) gets an Xid line, so that it holds an event as well as series. Then:
-#  1. `ithbat hub --once --agent node-a=... --agent node-b=...` exits 0, says on stderr that it
-#     pulled series and samples from both agents (and node A's Xid event), and prints schema-v1
-#     JSON lines, each checked field by field. (Fake GPUs on an idle machine give no incident:
+#  1. `ithbat hub --once --agent node-a=... --agent ADDRESS_OF_B` exits 0, files agent B under the
+#     node name it reports (node-b), says on stderr that it pulled series and samples from both
+#     agents (and node A's Xid event), and prints schema-v1 JSON lines, each checked field by
+#     field. (Fake GPUs on an idle machine give no incident:
 #     an Xid from the kernel log alone is not one. The hub's unit tests, tests/hub, prove that it
 #     finds what only the union of nodes shows.)
 #  2. a long-running hub answers /healthz with both agents up, /api/v1/diagnoses (the same schema
@@ -93,8 +94,10 @@ for line in open(sys.argv[1]):
 print("lines", n, file=sys.stderr)
 PY
 
-# 1. One round. The agents keep their default 15 minutes; the hub pulls all of it.
-"$ITHBAT" hub --once --agent "node-a=127.0.0.1:$PORT_a" --agent "node-b=127.0.0.1:$PORT_b" \
+# 1. One round. The agents keep their default 15 minutes; the hub pulls all of it. Agent B is
+# given by address only: the hub files its data under the node name it reports (--node node-b),
+# which every node-b check below then relies on.
+"$ITHBAT" hub --once --agent "node-a=127.0.0.1:$PORT_a" --agent "127.0.0.1:$PORT_b" \
   --agent-token-file "$WORK/token" >"$WORK/once.jsonl" 2>"$WORK/once.log" || fail "hub --once failed"
 python3 "$WORK/validate.py" "$WORK/once.jsonl" >"$WORK/once.txt" || fail "hub --once printed a line that is not schema v1"
 cat "$WORK/once.log"
@@ -110,7 +113,7 @@ read -r series_b samples_b events_b <<<"$(pulled node-b)"
 echo "hub --once: $(wc -l <"$WORK/once.jsonl") diagnosis line(s), all schema v1"
 
 # 2. The long-running hub.
-"$ITHBAT" hub --agent "node-a=127.0.0.1:$PORT_a" --agent "node-b=127.0.0.1:$PORT_b" \
+"$ITHBAT" hub --agent "node-a=127.0.0.1:$PORT_a" --agent "127.0.0.1:$PORT_b" \
   --agent-token-file "$WORK/token" --listen 127.0.0.1 --port 0 --interval 500ms 2>"$WORK/hub.log" &
 HUB_PID=$!
 STARTED_PIDS+=("$HUB_PID")

@@ -330,6 +330,30 @@ uint16_t ClosedPort() {
   return ntohs(addr.sin_port);
 }
 
+TEST_F(AgentClientTest, NodeNameIsTheOneTheAgentReports) {
+  serve::ServerOptions o;
+  o.node = "gpu-a07";
+  StartAgent(o);
+  AgentClient client(ClientOptions());
+  auto n = client.NodeName();
+  ASSERT_TRUE(n.has_value()) << n.error().ToString();
+  EXPECT_EQ(*n, "gpu-a07");
+  server_.reset();
+  StartAgent();  // an agent that names no node
+  AgentClient unnamed(ClientOptions());
+  auto none = unnamed.NodeName();
+  ASSERT_TRUE(none.has_value());
+  EXPECT_EQ(*none, "");
+  server_.reset();
+  serve::ServerOptions bad;
+  bad.node = "two words";  // not a node name: refused, never filed under
+  StartAgent(bad);
+  AgentClient odd(ClientOptions());
+  auto refused = odd.NodeName();
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kParse);
+}
+
 TEST(AgentClientFailures, UnreachableAgentFailsFastAndClearly) {
   const uint16_t port = ClosedPort();
   AgentClientOptions o;

@@ -448,6 +448,16 @@ TEST_F(HttpServerTest, Version) {
   ASSERT_EQ(status, 200);
   EXPECT_EQ(body["version"], kVersion);
   EXPECT_EQ(body["api"], "v1");
+  EXPECT_FALSE(body.contains("node"));  // none configured
+}
+
+TEST_F(HttpServerTest, VersionSaysTheNodeName) {
+  ServerOptions o;
+  o.node = "gpu-a07";
+  StartServer(o);
+  auto [status, body] = GetJson("/api/v1/version");
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(body["node"], "gpu-a07");
 }
 
 TEST_F(HttpServerTest, MetricListMergesDeclaredAndStored) {
