@@ -502,6 +502,11 @@ TEST_F(ProbesBudget, DutyCyclesOverBudgetAndReturnsToExact) {
   const double toggles = Value("ithbat_probe_toggles_total").value_or(-1);
   EXPECT_EQ(toggles, static_cast<double>(st.toggles));
   EXPECT_LE(toggles, std::floor(elapsed_s / 0.95) + 1);
+  // Attached and detached time add up to no more than the time it was probed (one tick of slack),
+  // and the attached part is what tells a consumer which ticks' counts were made, not extrapolated.
+  const double attached_s = Value("ithbat_probe_launch_attached_seconds_total").value_or(-1);
+  EXPECT_GT(attached_s, 0);
+  EXPECT_LE(attached_s + static_cast<double>(st.detached_ns) / 1e9, elapsed_s + 1.5);
 
   // The rate falls to 0: back to exact within a period (+ one slice, + tick granularity).
   sh_->phase.store(2);
@@ -518,6 +523,17 @@ TEST_F(ProbesBudget, DutyCyclesOverBudgetAndReturnsToExact) {
                                      << " ms after the rate fell";
   EXPECT_EQ(Value("ithbat_probe_state", {{"state", "exact"}}), 1);
   EXPECT_EQ(Value("ithbat_probe_launch_on_fraction"), 1);
+  {
+    // Exact again: every second between two reads is attached.
+    const double a0 = Value("ithbat_probe_launch_attached_seconds_total").value_or(-1);
+    const int64_t m0 = Mono();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    Tick();
+    const double a1 = Value("ithbat_probe_launch_attached_seconds_total").value_or(-1);
+    const double wall = static_cast<double>(Mono() - m0) / 1e9;
+    EXPECT_GT(a1 - a0, 0.25);
+    EXPECT_LE(a1 - a0, wall + 0.35);  // the read before the sleep may have come a little before m0
+  }
   // Rare probes were never detached: every sync and NCCL group call counted, sampled or not.
   EXPECT_EQ(Value("ithbat_probe_calls_total", {{"api", "cuStreamSynchronize"}}),
             static_cast<double>(sh_->syncs.load()));

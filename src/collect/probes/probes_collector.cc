@@ -161,6 +161,15 @@ const MetricDesc& TogglesDesc() {
            "", MetricType::kCounter, Labels({}));
   return d;
 }
+const MetricDesc& AttachedDesc() {
+  static const MetricDesc d =
+      Desc("ithbat_probe_launch_attached_seconds_total",
+           "Seconds the launch probes of the process were attached: its launch and grid-block counts are "
+           "exact over them and extrapolated over the rest (with the wall time, it says which part of a "
+           "tick's work was measured)",
+           "seconds", MetricType::kCounter, Labels({}));
+  return d;
+}
 const MetricDesc& AddedDesc() {
   static const MetricDesc d =
       Desc("ithbat_probe_added_time_ratio",
@@ -267,7 +276,7 @@ std::vector<MetricDesc> ProbesCollector::Describe() const {
   return {LaunchesDesc(),   CallsDesc(),   CallSecondsDesc(), CallReturnsDesc(), CallSlowDesc(),
           GapMaxDesc(),     GapsDesc(),    BlockedDesc(),     CopyBytesDesc(),   AllocBytesDesc(),
           GridBlocksDesc(), NcclOpsDesc(), NcclBytesDesc(),   StateDesc(),       LinksDesc(),
-          ProcessesDesc(),  LostDesc(),  OnFractionDesc(),  TogglesDesc(),     AddedDesc(),
+          ProcessesDesc(),  LostDesc(),  OnFractionDesc(),  TogglesDesc(),     AttachedDesc(),   AddedDesc(),
           HitCostDesc(),    NcclOpsBySizeDesc(), StepsDesc(), StepSecondsDesc(), StepConfidenceDesc(),
           ArrivalsAlignedDesc(), ArrivalsLastDesc(), ArrivalLagDesc()};
 }
@@ -643,6 +652,7 @@ void ProbesCollector::AppendProcess(Proc& p, TimeNs t, const std::vector<ProbeBp
   const double on = sampled ? p.duty.on_fraction : 1.0;
   Put(p, OnFractionDesc(), "", "", t, on);
   Put(p, TogglesDesc(), "", "", t, static_cast<double>(p.duty.toggles));
+  Put(p, AttachedDesc(), "", "", t, static_cast<double>(p.duty.attached_ns) / 1e9);
   // What the slices achieved once a period is complete (closes that start late lengthen on-slices).
   Put(p, AddedDesc(), "", "", t, p.duty.added * (sampled && p.duty.achieved > 0 ? p.duty.achieved : on));
 }
@@ -681,6 +691,7 @@ void ProbesCollector::UpdateLaunchSeries(Proc& p, TimeNs now, const std::vector<
   const TimeNs attached = d.on_since == 0 ? 0 : std::max<TimeNs>(0, on_end - since);
   const TimeNs off = std::max<TimeNs>(0, (now - d.last_read) - attached);
   d.detached_ns += off;
+  d.attached_ns += attached;
   // A slice that ended: its rate per key (counted in it / its attached time) extrapolates the off
   // slice that follows.
   if (d.slice_open && !firing && d.off_since > d.on_since) {

@@ -223,6 +223,7 @@ class ProbesCollector : public agent::Collector {
     double added = 0;  // measured launch rate x cost (fraction of wall time) when fully attached
     double achieved = 0;  // attached / wall time of the last complete period (0: none yet)
     TimeNs detached_ns = 0;
+    TimeNs attached_ns = 0;  // launch probes attached (launch and grid counts exact), summed over reads
     uint64_t toggles = 0;
     std::vector<std::shared_ptr<const LinkCloser::Ticket>> closing;
   };
