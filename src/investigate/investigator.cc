@@ -102,6 +102,20 @@ std::vector<std::pair<std::string, Diagnosis>> DiagnoseKeyed(const std::vector<F
       }
     }
   }
+  // The stragglers detector's unexplained rotation (inconclusive) is a symptom where another
+  // finding gives the same job a verdict: a slow fabric or a loader-bound job makes ranks wait in
+  // turn too, and one incident per cause is what the operator reads.
+  for (size_t j = 0; j < findings.size(); ++j) {
+    const Finding& f = findings[j];
+    if (absorbed[j] || f.detector != "stragglers" || f.cause != Cause::kUnknown || f.subjects.job.empty()) continue;
+    for (size_t i = 0; i < findings.size(); ++i) {
+      if (i != j && !absorbed[i] && findings[i].subjects.job == f.subjects.job &&
+          findings[i].verdict != Verdict::kInconclusive) {
+        absorbed[j] = true;
+        break;
+      }
+    }
+  }
   // One incident per key.
   std::vector<Incident> incidents;
   for (size_t i = 0; i < findings.size(); ++i) {

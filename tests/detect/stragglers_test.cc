@@ -1,8 +1,11 @@
 // The stragglers detector on synthetic stores: each verdict at the edges of its thresholds, and
 // the look-alikes that must not fire (a persistent straggler without a hardware reason, a
-// roaming one without extra work, a wait too small to matter, the power cap).
+// roaming one without extra work — inconclusive when nothing else explains it —, a wait too small
+// to matter, the power cap).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <set>
 #include <tuple>
@@ -44,6 +47,12 @@ struct Shape {
   std::function<double(int)> sync_share;
   // The first tick with a collective (the job's start-up before it).
   int aligned_from = 0;
+  // Seconds rank r's main thread waited for a CPU in tick t (none: no series).
+  std::function<double(int, int)> runnable;
+  // Seconds rank r's launch probes were attached in tick t (none: no series, counts exact).
+  std::function<double(int, int)> attached;
+  // The late rank's extra work is launched this many ticks before its late arrival.
+  int work_lead = 0;
 };
 
 testutil::Labels RankLabels(int r) {
@@ -64,7 +73,7 @@ FleetView Build(const Shape& s) {
       l += is_last ? 1 : 0;
       lg += is_last ? s.wait_per_tick : 0;  // the late rank enqueued this much after the first
       a += trains ? 1 : 0;
-      g += (s.last(t) == r ? s.late_grid : s.other_grid) * s.work_factor(r);
+      g += (s.last(t + s.work_lead) == r ? s.late_grid : s.other_grid) * s.work_factor(r);
       last[t] = l;
       lag[t] = lg;
       aligned[t] = a;
@@ -104,6 +113,21 @@ FleetView Build(const Shape& s) {
       for (int t = 0; t < kTicks; ++t) sync[t] = s.sync_share(r) * (t + 1);
       f.Series("n1", "ithbat_probe_sync_blocked_seconds_total", MetricType::kCounter, lab, sync);
     }
+    if (s.attached) {
+      std::vector<double> on(kTicks);
+      double a = 0;
+      for (int t = 0; t < kTicks; ++t) on[t] = a += s.attached(r, t);
+      f.Series("n1", "ithbat_probe_launch_attached_seconds_total", MetricType::kCounter, lab, on);
+    }
+    if (s.runnable) {
+      std::vector<double> waited(kTicks);
+      double w = 0;
+      for (int t = 0; t < kTicks; ++t) waited[t] = w += s.runnable(r, t);
+      auto cpu = lab;
+      cpu.emplace_back("scope", "main");
+      cpu.emplace_back("class", "runnable");
+      f.Series("n1", "ithbat_sched_offcpu_seconds_total", MetricType::kCounter, cpu, waited);
+    }
   }
   return f.TakeView();
 }
@@ -115,6 +139,10 @@ std::vector<Finding> Detect(const Shape& s) {
 
 // The wait share that `wait_per_tick` gives: lag ÷ (ranks × window seconds).
 double WaitShare(double wait_per_tick) { return wait_per_tick * (kTicks - 1) / (kRanks * (kTicks - 1.0)); }
+
+bool Has(const std::vector<Finding>& fs, Cause c) {
+  return std::any_of(fs.begin(), fs.end(), [c](const Finding& f) { return f.cause == c; });
+}
 
 TEST(Stragglers, RoamingWithMoreWorkOnTheLateRankIsDataImbalance) {
   auto f = Detect(Shape{});
@@ -143,6 +171,102 @@ TEST(Stragglers, TheWaitMustBeMaterial) {
 TEST(Stragglers, RoamingWithoutExtraWorkIsNotDataImbalance) {
   Shape s;
   s.late_grid = s.other_grid;  // the late rank launched no more than the others: not its data
+  EXPECT_FALSE(Has(Detect(s), Cause::kDataImbalance));
+}
+
+// Launch probes duty-cycled to the overhead budget: each rank counted one tick in three, out of
+// phase with its peers, the rest extrapolated. The ranks are judged on their counted ticks alone:
+// their kernels' weight (blocks per launch) in the tick before each arrival, against their own.
+Shape DutyCycled() {
+  Shape s;
+  s.attached = [](int r, int t) { return (t + r) % 3 == 0 ? 1.0 : 0.0; };
+  s.work_lead = 1;  // the host enqueues a step's collective after its GPU finished the step before
+  return s;
+}
+
+// The correlation must be significant for its number of points, and at least 0.2.
+TEST(Stragglers, TheWorkCorrelationNeededFallsWithThePointsToItsFloor) {
+  EXPECT_NEAR(RequiredWorkLagCorrelation(kMinWorkLagPoints), 1.645 / std::sqrt(19.0), 1e-9);  // 0.377
+  EXPECT_GT(RequiredWorkLagCorrelation(40), 0.25);
+  EXPECT_GT(RequiredWorkLagCorrelation(68), kWorkLagCorrelation);
+  EXPECT_EQ(RequiredWorkLagCorrelation(69), kWorkLagCorrelation);
+  EXPECT_EQ(RequiredWorkLagCorrelation(1000), kWorkLagCorrelation);
+  // Counted one tick in five, each rank has about twelve windows (under 69 points): a strong
+  // correlation is judged on them; too few counted ticks for a rank's own typical work
+  // (ExtrapolatedTicksAreNotWork) give no points at all.
+  Shape s;
+  s.attached = [](int r, int t) { return (t + r) % 5 == 0 ? 1.0 : 0.0; };
+  s.work_lead = 1;
+  EXPECT_TRUE(Has(Detect(s), Cause::kDataImbalance));
+}
+
+TEST(Stragglers, DutyCycledRanksAreJudgedOnTheirCountedTicks) {
+  auto f = Detect(DutyCycled());
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kDataImbalance);
+}
+
+TEST(Stragglers, ExtrapolatedTicksAreNotWork) {
+  // The extra work shows only in ticks the rank was not counted in (as if an extrapolation had
+  // followed the lateness): its counted ticks carry the same work as everyone's — no imbalance.
+  Shape s = DutyCycled();
+  s.late_grid = s.other_grid;
+  auto counted = s.attached;
+  const auto last = s.last;
+  s.work_factor = [](int) { return 1.0; };
+  s.attached = [counted, last](int r, int t) { return last(t + 1) == r ? 0.0 : counted(r, t); };
+  s.late_grid = 1500;  // launched in the tick before the arrival — never a counted one
+  EXPECT_FALSE(Has(Detect(s), Cause::kDataImbalance));
+  // Counted too rarely to know a rank's own typical work (4 ticks each in the window): no proxy.
+  Shape rare = DutyCycled();
+  rare.attached = [](int r, int t) { return (t + r) % 15 == 0 ? 1.0 : 0.0; };
+  EXPECT_FALSE(Has(Detect(rare), Cause::kDataImbalance));
+}
+
+// Roaming that neither the work, nor a starved GPU, nor the main threads' CPU waits explain: the
+// ranks wait 10% of their time and nobody knows why — inconclusive, with what was ruled out.
+TEST(Stragglers, RoamingNothingExplainsIsInconclusive) {
+  Shape s;
+  s.late_grid = s.other_grid;
+  s.runnable = [](int r, int) { return 0.01 * r; };  // measured, but the same every tick
+  auto f = Detect(s);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].verdict, Verdict::kInconclusive);
+  EXPECT_EQ(f[0].cause, Cause::kUnknown);
+  EXPECT_EQ(f[0].subjects.job, "77");
+  EXPECT_EQ(f[0].subjects.nodes, std::vector<std::string>{"n1"});
+  std::set<std::string> signals, collectors;
+  for (const auto& e : f[0].evidence) {
+    signals.insert(e.signal);
+    collectors.insert(e.collector);
+    EXPECT_TRUE(std::isfinite(e.observed)) << e.signal;
+  }
+  // The rotation and the wait, then each explanation ruled out: the work, the starved GPU, the CPU.
+  EXPECT_TRUE(signals.contains("ithbat_probe_nccl_last_arrivals_total"));
+  EXPECT_TRUE(signals.contains("ithbat_probe_grid_blocks_total"));
+  EXPECT_TRUE(signals.contains("ithbat_gpu_utilization_ratio"));
+  EXPECT_TRUE(collectors.contains("sched_io"));
+  EXPECT_NEAR(f[0].speedup_with_fix, 1.0 / (1.0 - WaitShare(s.wait_per_tick)), 0.01);
+}
+
+TEST(Stragglers, AnUnexplainedWaitMustBeLargeToBeReported) {
+  Shape s;
+  s.late_grid = s.other_grid;
+  s.wait_per_tick = kUnexplainedWaitShare * kRanks * 0.95;
+  ASSERT_GT(WaitShare(s.wait_per_tick), kMinWaitShare);
+  EXPECT_TRUE(Detect(s).empty());
+  s.wait_per_tick = kUnexplainedWaitShare * kRanks * 1.05;
+  auto f = Detect(s);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].verdict, Verdict::kInconclusive);
+}
+
+// The rank that arrives late is the one whose main thread waited for a CPU in that tick: a host
+// too busy to run the ranks explains the order (not unexplained, and no GPU starved: no page).
+TEST(Stragglers, ARotationFollowingTheMainThreadsCpuWaitsIsNotUnexplained) {
+  Shape s;
+  s.late_grid = s.other_grid;
+  s.runnable = [last = s.last](int r, int t) { return last(t) == r ? 0.2 : 0.01; };
   EXPECT_TRUE(Detect(s).empty());
 }
 
@@ -153,7 +277,7 @@ TEST(Stragglers, TheWorkMustDifferMateriallyBetweenRanks) {
   // Lateness follows the work in both.
   Shape s;
   s.late_grid = 1330;  // CV 0.076
-  EXPECT_TRUE(Detect(s).empty());
+  EXPECT_FALSE(Has(Detect(s), Cause::kDataImbalance));
   s.late_grid = 1370;  // CV 0.085
   auto f = Detect(s);
   ASSERT_EQ(f.size(), 1u);
@@ -230,9 +354,10 @@ TEST(Stragglers, HotGpusNobodyIsLastBehindAreFoundByWhoWaits) {
   EXPECT_EQ(f[0].cause, Cause::kThermalPower);
   EXPECT_EQ(f[0].subjects.gpus, (std::vector<GpuRef>{{"n1", 2, "GPU-2"}, {"n1", 3, "GPU-3"}}));
   EXPECT_NEAR(f[0].speedup_with_fix, 1.0 / (1.0 - 0.8 * 0.4), 0.01);
-  // The free-running ranks must be the ones waiting: a smaller gap, or none, is no proof.
-  EXPECT_TRUE(Detect(HotPair(kHotGpuWaitGap - 0.02)).empty());
-  EXPECT_TRUE(Detect(HotPair(-0.2)).empty());
+  // The free-running ranks must be the ones waiting: a smaller gap, or none, is no proof (the
+  // rotation stays unexplained).
+  EXPECT_FALSE(Has(Detect(HotPair(kHotGpuWaitGap - 0.02)), Cause::kThermalPower));
+  EXPECT_FALSE(Has(Detect(HotPair(-0.2)), Cause::kThermalPower));
 }
 
 TEST(Stragglers, ThePowerCapIsNotAThermalReason) {

@@ -95,6 +95,30 @@ TEST(Diagnose, OneMountHurtingTwoJobsIsOneIncident) {
   EXPECT_EQ(Diagnose({c, d}, v, {}, kT0 + 30 * kS, {}).size(), 2u);
 }
 
+TEST(Diagnose, AnUnexplainedStragglerGivesWayToTheJobsExplainedCause) {
+  detect::FleetView v;
+  Finding rotation = MakeFinding(Cause::kUnknown, Verdict::kInconclusive, "j", {Ev("probes"), Ev("gpu")});
+  rotation.detector = "stragglers";
+  Finding network = MakeFinding(Cause::kNetwork, Verdict::kInfrastructure, "j", {Ev("node"), Ev("probes")});
+  auto alone = Diagnose({rotation}, v, {}, kT0 + 30 * kS, {});
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_EQ(alone[0].verdict, Verdict::kInconclusive);
+  EXPECT_EQ(alone[0].cause, Cause::kUnknown);
+  auto both = Diagnose({rotation, network}, v, {}, kT0 + 30 * kS, {});
+  ASSERT_EQ(both.size(), 1u);
+  EXPECT_EQ(both[0].cause, Cause::kNetwork);
+  // Another job's cause, or a cause only suspected (one collector), explains nothing of this job.
+  Finding elsewhere = network;
+  elsewhere.subjects.job = "k";
+  EXPECT_EQ(Diagnose({rotation, elsewhere}, v, {}, kT0 + 30 * kS, {}).size(), 2u);
+  Finding suspected = MakeFinding(Cause::kStorage, Verdict::kInfrastructure, "j", {Ev("sched_io"), Ev("sched_io", "t")});
+  EXPECT_EQ(Diagnose({rotation, suspected}, v, {}, kT0 + 30 * kS, {}).size(), 2u);
+  // Other detectors' unknowns (a hang without spinning peers) are not a straggler's symptom.
+  Finding hang = rotation;
+  hang.detector = "hang";
+  EXPECT_EQ(Diagnose({hang, network}, v, {}, kT0 + 30 * kS, {}).size(), 2u);
+}
+
 TEST(Investigator, KeepsTheIdOpenUpdatedResolvedAndReopensWithANewId) {
   InvestigateOptions o;
   o.resolve_after = 60 * kS;

@@ -44,6 +44,8 @@ struct RankData {
   Deltas lag;                     // seconds enqueued behind the first local rank
   Deltas aligned;                 // aligned collectives
   Deltas grid;                    // thread blocks launched (the work proxy)
+  Deltas launches;                // kernel launches (with grid: blocks per launch)
+  Deltas attached;                // seconds its launch probes were attached (counts exact then)
   Deltas io;                      // seconds inside write/fsync/close
   Deltas runnable;                // seconds its main thread waited for a CPU (sched_io)
   std::map<TimeNs, double> util;  // its GPU's utilisation samples while the job trains (LoadNode)
@@ -80,6 +82,8 @@ NodeData LoadNode(const FleetView& view, const JobView& job, const std::string& 
   auto lag = DeltasByPid(view, node, "ithbat_probe_nccl_arrival_lag_seconds_total", job.id, from, to);
   auto aligned = DeltasByPid(view, node, "ithbat_probe_nccl_aligned_total", job.id, from, to);
   auto grid = DeltasByPid(view, node, "ithbat_probe_grid_blocks_total", job.id, from, to);
+  auto launches = DeltasByPid(view, node, "ithbat_probe_launches_total", job.id, from, to);
+  auto attached = DeltasByPid(view, node, "ithbat_probe_launch_attached_seconds_total", job.id, from, to);
   auto io = DeltasByPid(view, node, "ithbat_io_seconds_total", job.id, from, to);
   auto runnable = DeltasByPid(view, node, "ithbat_sched_offcpu_seconds_total", job.id, from, to,
                               ",scope=\"main\",class=\"runnable\"");
@@ -98,6 +102,8 @@ NodeData LoadNode(const FleetView& view, const JobView& job, const std::string& 
     r.lag = lag[pid];
     r.aligned = aligned[pid];
     r.grid = grid[pid];
+    r.launches = launches[pid];
+    r.attached = attached[pid];
     r.io = io[pid];
     r.runnable = runnable[pid];
     if (auto it = util_by_uuid.find(p.gpu_uuid); it != util_by_uuid.end()) r.util = it->second;
@@ -288,18 +294,52 @@ Starvation CountStarvation(const NodeData& n) {
   return st;
 }
 
-// The work proxy against the wait: over every tick in which the node's launches were probed and
-// every rank, the Pearson correlation between the rank's work (thread blocks it launched over
-// the tick and the one before — the work precedes the arrival — ÷ the node's median rank's) and
-// how late it enqueued at the tick's collectives (its arrival lag minus the node's mean). A rank
-// late because it had more to compute makes it positive; a rank late because its host thread
-// was delayed launches the same work late, and the correlation stays near zero.
+// What a rank launched over (from, to], and whether it was counted rather than extrapolated: its
+// launch probes were attached for at least kMeasuredShare of the time the deltas there cover. An
+// agent that reports no attached time counts every launch (exact probes, before the counter).
+struct WindowWork {
+  double blocks = 0, launches = 0;
+  bool measured = false;
+};
+
+WindowWork WorkIn(const RankData& r, TimeNs from, TimeNs to) {
+  WindowWork w;
+  w.blocks = SumBetween(r.grid, from, to);
+  w.launches = SumBetween(r.launches, from, to);
+  if (r.attached.empty()) {
+    w.measured = true;
+    return w;
+  }
+  auto first = r.grid.upper_bound(from), last = r.grid.upper_bound(to);
+  if (first == r.grid.begin() || first == last) return w;  // the span before the first delta is unknown
+  const double span = static_cast<double>(std::prev(last)->first - std::prev(first)->first) / kNsPerSec;
+  w.measured = span > 0 && SumBetween(r.attached, from, to) >= kMeasuredShare * span;
+  return w;
+}
+
+// The work proxy against the wait: over every tick and rank, the correlation between the rank's
+// work and how late it enqueued at the tick's collectives (its arrival lag minus the node's mean).
+// A rank late because it had more to compute makes it positive; a rank late because its host
+// thread was delayed launches the same work late, and the correlation stays near zero.
+//  - A tick where every rank's launches were counted over the tick and the one before (the work
+//    precedes the arrival): the rank's thread blocks ÷ the node's median rank's that tick.
+//  - Otherwise (launch probes duty-cycled to the overhead budget: each rank counted for a slice
+//    of every period, out of phase with its peers, the rest extrapolated at a constant rate that
+//    says nothing of a step), each rank that was counted over the tick before (its delta there):
+//    its thread blocks per launch — how heavy its kernels were, whatever the number of steps in
+//    the tick — ÷ its own median over such ticks. The tick before, because a rank's host enqueues
+//    a step's collective after its GPU finished the step before: in a case01 world with one-tick
+//    on-slices the correlation was 0.16 and 0.02 against the same tick's work, 0.34 and 0.24
+//    against the tick before, 0.31 and 0.32 against the one before that. Extrapolated ticks never
+//    count: there they outnumbered the counted ones four to one and held the correlation (of
+//    every tick, as if exact) at 0.10–0.12.
 struct WorkLag {
   double correlation = std::nan("");  // work ~ lateness, CPU waits held fixed where measured
   double raw = std::nan("");          // work ~ lateness
   double cpu = std::nan("");          // CPU waits ~ lateness
-  double spread = std::nan("");       // per tick, the ranks' work's coefficient of variation, averaged
+  double spread = std::nan("");       // how much the ranks' work differs (coefficient of variation)
   size_t points = 0;
+  size_t sampled_points = 0;          // of which from duty-cycled windows (per-rank normalised)
 };
 
 double Correlation(const std::vector<double>& xs, const std::vector<double>& ys) {
@@ -329,43 +369,96 @@ std::vector<double> Ranks(const std::vector<double>& v) {
   return r;
 }
 
+double CoefficientOfVariation(const std::vector<double>& v) {
+  const double m = Mean(v);
+  if (!(m > 0)) return std::nan("");
+  double ss = 0;
+  for (double x : v) ss += (x - m) * (x - m);
+  return std::sqrt(ss / static_cast<double>(v.size())) / m;
+}
+
 WorkLag CorrelateWorkAndLag(const NodeData& n) {
   std::set<TimeNs> ticks;
   for (const auto& r : n.ranks) {
     for (const auto& [t, x] : r.lag) ticks.insert(t);
   }
   std::vector<double> xs, ys, zs, spreads;
+  // Duty-cycled windows: per rank, (blocks per launch, lateness, CPU wait), normalised at the end.
+  struct Sampled {
+    size_t rank;
+    double intensity, lag, cpu;
+  };
+  std::vector<Sampled> sampled;
   for (TimeNs t : ticks) {
-    std::vector<double> work, lag, cpu;
+    std::vector<WindowWork> wide, before;
+    std::vector<double> lag, cpu;
+    bool all_counted = true;
     for (const auto& r : n.ranks) {
-      work.push_back(SumBetween(r.grid, t - 3 * kNsPerSec / 2, t));
+      wide.push_back(WorkIn(r, t - 3 * kNsPerSec / 2, t));
+      before.push_back(WorkIn(r, t - 3 * kNsPerSec / 2, t - kNsPerSec / 2));
+      all_counted = all_counted && wide.back().measured;
       auto it = r.lag.find(t);
       lag.push_back(it == r.lag.end() ? 0 : it->second);
       cpu.push_back(SumBetween(r.runnable, t - 3 * kNsPerSec / 2, t));
     }
-    const double med = Median(work);
-    if (!(med > 0)) continue;  // launch probes detached on the node this tick: no proxy
     const double mean_lag = Mean(lag), mean_cpu = Mean(cpu);
-    {
-      const double m = Mean(work);
-      double ss = 0;
-      for (double w : work) ss += (w - m) * (w - m);
-      if (m > 0) spreads.push_back(std::sqrt(ss / static_cast<double>(work.size())) / m);
+    if (all_counted) {
+      std::vector<double> work;
+      for (const auto& w : wide) work.push_back(w.blocks);
+      const double med = Median(work);
+      if (!(med > 0)) continue;  // nothing launched on the node this tick: no proxy
+      if (const double cv = CoefficientOfVariation(work); std::isfinite(cv)) spreads.push_back(cv);
+      for (size_t i = 0; i < work.size(); ++i) {
+        xs.push_back(work[i] / med);
+        ys.push_back(lag[i] - mean_lag);
+        zs.push_back(cpu[i] - mean_cpu);
+      }
+      continue;
     }
-    for (size_t i = 0; i < work.size(); ++i) {
-      xs.push_back(work[i] / med);
-      ys.push_back(lag[i] - mean_lag);
-      zs.push_back(cpu[i] - mean_cpu);
+    for (size_t i = 0; i < n.ranks.size(); ++i) {
+      const WindowWork& w = before[i];
+      if (!w.measured || !(w.launches > 0)) continue;
+      sampled.push_back({i, w.blocks / w.launches, lag[i] - mean_lag, cpu[i] - mean_cpu});
     }
   }
+  // Each duty-cycled rank against its own typical kernel weight (needs a few windows of its own).
+  std::map<size_t, std::vector<double>> by_rank;
+  for (const auto& s : sampled) by_rank[s.rank].push_back(s.intensity);
+  std::map<size_t, double> typical;
+  for (const auto& [rank, v] : by_rank) {
+    if (v.size() >= kMinSampledWindowsPerRank) typical[rank] = Median(v);
+  }
+  WorkLag out;
+  std::vector<double> relative;
+  for (const auto& s : sampled) {
+    auto it = typical.find(s.rank);
+    if (it == typical.end() || !(it->second > 0)) continue;
+    relative.push_back(s.intensity / it->second);
+    xs.push_back(relative.back());
+    ys.push_back(s.lag);
+    zs.push_back(s.cpu);
+    ++out.sampled_points;
+  }
+  // The spread of duty-cycled work: how much a rank's kernels' weight varies from its own typical
+  // (step to step, as the ranks' work differs within a step when the data is uneven), weighed
+  // with the exact ticks' by their points.
+  const double exact_points = static_cast<double>(xs.size() - out.sampled_points);
+  const double exact_spread = spreads.empty() ? std::nan("") : Mean(spreads);
+  const double sampled_spread = relative.size() >= 3 ? CoefficientOfVariation(relative) : std::nan("");
   // Rank correlation (Spearman): a rank descheduled or stalled by its host arrives seconds late
   // once in a while, and a few such outliers decide a Pearson correlation of raw values.
   xs = Ranks(xs);
   ys = Ranks(ys);
   zs = Ranks(zs);
-  WorkLag out;
   out.points = xs.size();
-  out.spread = spreads.empty() ? std::nan("") : Mean(spreads);
+  if (!std::isfinite(sampled_spread)) {
+    out.spread = exact_spread;
+  } else if (!std::isfinite(exact_spread)) {
+    out.spread = sampled_spread;
+  } else {
+    const double sp = static_cast<double>(out.sampled_points);
+    out.spread = (exact_spread * exact_points + sampled_spread * sp) / (exact_points + sp);
+  }
   out.raw = Correlation(xs, ys);
   out.correlation = out.raw;
   // A rank descheduled by a busy host arrives late AND launches its work late, so on a loaded
@@ -432,6 +525,84 @@ void AddCost(Finding& f, double lag_seconds, double rank_seconds) {
       "the ranks' time without the wait for the last local rank at aligned collectives (host enqueue)";
 }
 
+double Finite(double x) { return std::isfinite(x) ? x : 0; }
+
+// A node whose last rank roams, with what was measured of why.
+struct Roaming {
+  std::string node;
+  size_t ranks;
+  double total_last, lag, rank_seconds;
+  NodeVerdict verdict;
+  WorkLag work;
+  double mean_util;
+  int starved;
+};
+
+// The inconclusive finding: the ranks of `nodes` wait for a last rank that rotates, and neither
+// their work, their hosts' launches nor their main threads' CPU waits say why.
+Finding UnexplainedRotation(const std::string& job, const std::vector<Roaming>& nodes, const TimeWindow& w) {
+  Finding f;
+  f.verdict = Verdict::kInconclusive;
+  f.cause = Cause::kUnknown;
+  f.subjects.job = job;
+  f.window = w;
+  f.provable_at = w.end;
+  f.confidence = 0.3;
+  double lag = 0, rank_seconds = 0;
+  for (const auto& c : nodes) {
+    f.subjects.nodes.push_back(c.node);
+    f.evidence.push_back(MakeEvidence(
+        "ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, c.node, static_cast<double>(c.verdict.spread),
+        static_cast<double>(c.ranks), "ranks",
+        fmt::format("{}: the last arrival rotates — {} of {} ranks were last at least half a fair share; the "
+                    "most frequent {:.0f}% of {:.0f}",
+                    c.node, c.verdict.spread, c.ranks, 100 * c.verdict.top_share, c.total_last),
+        w));
+    f.evidence.push_back(MakeEvidence(
+        "ithbat_probe_nccl_arrival_lag_seconds_total", kCollectorProbes, c.node, 100 * c.verdict.wait_share,
+        100 * kUnexplainedWaitShare, "% of rank time",
+        fmt::format("{}: the ranks waited {:.1f}% of their time for the last local rank ({:.1f} s over {:.0f} "
+                    "rank-seconds)",
+                    c.node, 100 * c.verdict.wait_share, c.lag, c.rank_seconds),
+        w));
+    f.evidence.push_back(MakeEvidence(
+        "ithbat_probe_grid_blocks_total", kCollectorProbes, c.node, Finite(c.work.correlation), RequiredWorkLagCorrelation(c.work.points),
+        "correlation",
+        !std::isfinite(c.work.correlation)
+            ? fmt::format("{}: the work proxy (thread blocks per rank) gave no correlation over {} rank-ticks "
+                          "(launches not probed, or the same work everywhere)",
+                          c.node, c.work.points)
+            : fmt::format("{}: the lateness does not follow the work — correlation {:.2f} (data_imbalance needs "
+                          "{:.2f}) over {} rank-ticks, the ranks' work per tick varying by {:.0f}% (needs {:.0f}%)",
+                          c.node, c.work.correlation, RequiredWorkLagCorrelation(c.work.points), c.work.points, 100 * c.work.spread,
+                          100 * kMinWorkSpread),
+        w));
+    f.evidence.push_back(MakeEvidence(
+        "ithbat_gpu_utilization_ratio", kCollectorGpu, c.node, Finite(c.mean_util), kHostBoundMinUtil, "ratio",
+        fmt::format("{}: mean GPU utilisation {:.0f}% and {} sample(s) of one GPU starved while its peers were "
+                    "busy (host_bottleneck needs {} followed by that rank arriving last)",
+                    c.node, 100 * c.mean_util, c.starved, kMinStarvedSamples),
+        w));
+    if (std::isfinite(c.work.cpu)) {
+      f.evidence.push_back(MakeEvidence(
+          "ithbat_sched_offcpu_seconds_total{class=\"runnable\"}", kCollectorSchedIo, c.node, c.work.cpu,
+          kHostCpuLagCorrelation, "correlation",
+          fmt::format("{}: the lateness does not follow the main threads' waits for a CPU either (correlation "
+                      "{:.2f})",
+                      c.node, c.work.cpu),
+          w));
+    }
+    lag += c.lag;
+    rank_seconds += c.rank_seconds;
+  }
+  AddCost(f, lag, rank_seconds);
+  f.summary = fmt::format(
+      "the slowest rank rotates on {} and the ranks wait {:.1f}% of their time for it, but neither their "
+      "work, their hosts' launches nor their CPU waits explain it",
+      fmt::join(f.subjects.nodes, ", "), rank_seconds > 0 ? 100 * lag / rank_seconds : 0);
+  return f;
+}
+
 }  // namespace
 
 std::vector<Finding> DetectStragglers(const DetectInput& in) {
@@ -466,16 +637,8 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
     std::vector<Finding>
         persistent_findings;  // thermal_power, nvlink, gpu_hardware (PCIe), persistent extra work
     double imbalance_lag = 0, imbalance_rank_seconds = 0, host_lag = 0, host_rank_seconds = 0;
-    struct Roaming {
-      std::string node;
-      size_t ranks;
-      double total_last, lag, rank_seconds;
-      NodeVerdict verdict;
-      WorkLag work;
-      double mean_util;
-      int starved;
-    };
     std::vector<Roaming> roaming;  // roaming nodes not held back by a host: data_imbalance's candidates
+    std::vector<Roaming> unexplained;  // roaming nodes nothing above explains: the inconclusive finding
     double max_corr = 0;
     std::vector<std::string> shown_on;  // nodes where data_imbalance's rotation was judged
     for (const auto& node : job.Nodes()) {
@@ -720,10 +883,14 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
       // worth a page.
       if (v.kind != NodeVerdict::kRoaming) continue;
       const WorkLag wl = CorrelateWorkAndLag(n);
-      if (wl.points < kMinWorkLagPoints || !(wl.correlation >= kWorkLagCorrelation)) continue;
-      if (!(wl.spread >= kMinWorkSpread)) continue;  // the work hardly differs: not what they wait for
-      roaming.push_back(
-          {node, n.ranks.size(), n.total_last, n.lag, n.rank_seconds, v, wl, mean_util, st.samples});
+      const Roaming candidate{node, n.ranks.size(), n.total_last, n.lag, n.rank_seconds, v, wl, mean_util, st.samples};
+      // The work hardly differing (spread) is not what they wait for either.
+      if (wl.points >= kMinWorkLagPoints && wl.correlation >= RequiredWorkLagCorrelation(wl.points) &&
+          wl.spread >= kMinWorkSpread) {
+        roaming.push_back(candidate);
+      } else if (v.wait_share >= kUnexplainedWaitShare && !(wl.cpu >= kHostCpuLagCorrelation)) {
+        unexplained.push_back(candidate);
+      }
     }
     // data_imbalance: on every node it names, the last rank roams and its lateness follows its work.
     if (!roaming.empty()) {
@@ -760,7 +927,7 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
             w));
         imbalance.evidence.push_back(MakeEvidence(
             "ithbat_probe_grid_blocks_total", kCollectorProbes, c.node, c.work.correlation,
-            kWorkLagCorrelation, "correlation",
+            RequiredWorkLagCorrelation(c.work.points), "correlation",
             fmt::format("{}: a rank's lateness follows its work — correlation {:.2f} between "
                         "the thread blocks it launched and how late it arrived ({} rank-ticks; "
                         "{:.2f} before holding its main thread's CPU waits fixed); the ranks' "
@@ -859,6 +1026,12 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
           persistent_findings.push_back(std::move(f));
         }
       }
+    }
+    // Inconclusive: a material rotation nothing explains, on a job this detector has no reason for.
+    // What was ruled out is the evidence; the investigator drops it where another detector
+    // explains the job (a slow fabric, a loader-bound job).
+    if (roaming.empty() && host.subjects.job.empty() && persistent_findings.empty() && !unexplained.empty()) {
+      out.push_back(UnexplainedRotation(job.id, unexplained, w));
     }
     for (auto& f : persistent_findings) out.push_back(std::move(f));
     if (!imbalance.subjects.job.empty()) {

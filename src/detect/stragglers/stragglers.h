@@ -19,9 +19,17 @@
 //    while its peers' are not → infrastructure: gpu_hardware;
 //  - persistent without a hardware reason, launching clearly more work (thread blocks) than its
 //    peers → job: data_imbalance (rank-0 extra work, a last pipeline stage, an uneven shard);
-//  - anything else: no finding (a persistent straggler with no reason shown is not worth a page).
+//  - roaming with none of these reasons — the work does not follow the lateness, no GPU starved
+//    by its host, and the main threads' CPU waits do not follow it either — and a wait of at
+//    least kUnexplainedWaitShare → inconclusive (cause unknown): what was ruled out is the
+//    evidence. The investigator drops it where another finding of the job explains the job;
+//  - anything else: no finding (a persistent straggler with no reason shown is not worth a page;
+//    a rotation that follows the main threads' CPU waits is a host too busy to run them, paged
+//    only when a GPU starves: host_bottleneck).
 // A straggler is diagnosed only when the wait is material: ranks waiting for a late peer for at
 // least kMinWaitShare of their time.
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/finding.h"
@@ -80,9 +88,21 @@ inline constexpr double kSaveIoSeconds = 0.05;
 // at the end of a loaded CI run). Measured in the simulator (Pearson, then Spearman on the same
 // worlds): sequence-length imbalance 0.25–0.42, 0.36–0.48; a host-jitter straggler 0.04–0.08,
 // 0.03–0.08; healthy and other runs −0.19–0.16 (Pearson; no kept world of them fires with
-// Spearman).
+// Spearman). Those were exact-probe figures; under the duty cycle, on the ticks each rank was
+// counted in (kMeasuredShare), case01 gives 0.24–0.56.
 inline constexpr double kWorkLagCorrelation = 0.2;
-inline constexpr size_t kMinWorkLagPoints = 40;
+inline constexpr size_t kMinWorkLagPoints = 20;
+// ... and significant for its number of points: at least kWorkLagSignificance standard errors of
+// a correlation of unrelated series (1/√(n−1); 1.645: one-sided 5%). 0.2 binds from 69 points
+// (an eight-rank node with exact probes has them after nine ticks); on fewer — a four-rank node
+// whose launch probes are counted one tick in four gets one point a tick — a strong correlation
+// is judged sooner than a fixed minimum of 40 points allowed (the throttle-and-imbalance
+// look-alike: 0.62 on 22 points at 36 s, judged at 53 s when 40 were needed).
+inline constexpr double kWorkLagSignificance = 1.645;
+inline double RequiredWorkLagCorrelation(size_t points) {
+  if (points < 2) return 1;
+  return std::max(kWorkLagCorrelation, kWorkLagSignificance / std::sqrt(static_cast<double>(points - 1)));
+}
 // ... and the work itself differs materially between ranks: the coefficient of variation of the
 // node's ranks' thread blocks per tick, averaged over ticks, is at least this. Measured in the
 // simulator: long-tailed unpacked lengths (lognormal σ 0.6) 0.12–0.15 over the whole run, just
@@ -90,8 +110,29 @@ inline constexpr size_t kMinWorkLagPoints = 40;
 // it from 23 to 52 steps); a packed job's background jitter 0.066 — which, on a CPU-starved host (a CI run with 32 rank processes on 2 cores), still
 // correlated 0.27 with lateness and made its ranks wait 15%: the lateness was the host's, the
 // small work differences only ordered it. The correlation is also taken with each rank's main-
-// thread CPU waits (sched_io, runnable) held fixed where they are measured.
+// thread CPU waits (sched_io, runnable) held fixed where they are measured. Under the probes' duty
+// cycle (below) the spread is how much a rank's kernels' weight varies from its own typical,
+// weighed in by points: case01 0.15, packed jobs 0.00 (their kernels weigh the same every step).
 inline constexpr double kMinWorkSpread = 0.08;
+// Under the probes' duty cycle (launch probes attached for a slice of every period to keep the
+// job under the overhead budget; the rest of a counter extrapolated at the last slice's rate) a
+// rank's work counts only over windows its launch probes were attached for at least this share
+// of (ithbat_probe_launch_attached_seconds_total): an extrapolated window is a constant rate,
+// not a step's work ...
+inline constexpr double kMeasuredShare = 0.9;
+// ... and such a rank is normalised by its own typical kernel weight (thread blocks per launch),
+// so it needs at least this many counted windows of its own.
+inline constexpr size_t kMinSampledWindowsPerRank = 5;
+
+// The unexplained rotation (inconclusive) is reported when the node's ranks wait at least this
+// share of their time for the last one: a finding that says "we do not know why" must be worth
+// reading (background jitter in healthy runs leaves ~0.5–1.5%; kMinWaitShare is for a wait with
+// a reason) ...
+inline constexpr double kUnexplainedWaitShare = 0.05;
+// ... and where the main threads' CPU waits are measured, the lateness does not follow them: a
+// rank correlation at least this says the host's CPUs explain the order (a CI run with 32 rank
+// processes on 2 cores waits 15% that way), which is not unexplained.
+inline constexpr double kHostCpuLagCorrelation = 0.2;
 
 // thermal_power without a persistent last rank (a whole hot node, whose GPUs are equally slow):
 // the hot GPUs (thermal/brake event in ≥ kThermalActiveShare of samples, clock ≤
