@@ -82,7 +82,7 @@ struct Hub::Node {
   std::unique_ptr<store::Store> store;
   std::unique_ptr<remote::AgentClient> client;
   AgentState state;  // guarded by Hub::mu_ (written by the pull, read by the server)
-  bool name_asked = false;  // unnamed targets: the agent answered /api/v1/version once
+  bool name_asked = false;  // unnamed targets: the agent answered /api/v1/version (after a pull)
 };
 
 Hub::Hub(HubOptions options) : options_(std::move(options)), investigator_(options_.investigate) {}
@@ -142,14 +142,21 @@ void Hub::PullOne(Node& node, TimeNs now) {
   remote::PullStats stats;
   Status st = Ok();
   try {
-    if (!node.target.named && !node.name_asked) {
-      // Asked until the agent answers once; an agent that names no node keeps the host's name.
-      if (auto name = node.client->NodeName()) {
+    st = node.client->PullInto(*node.store, from, now, &stats);
+    // Asked once the agent answers (an unreachable one must not cost its connect timeout twice
+    // a round), before its data is named in this round's diagnoses. An agent that names no node,
+    // or a name that is not one, keeps the host's.
+    if (stats.reached && !node.target.named && !node.name_asked) {
+      auto name = node.client->NodeName();
+      if (name) {
         node.name_asked = true;
         AdoptName(node, *name);
+      } else if (name.error().code == ErrorCode::kParse) {
+        node.name_asked = true;
+        agent::GetLogger("hub")->warn("agent {}: {}; its node stays '{}'", node.target.Address(),
+                                      name.error().message, node.target.node);
       }
     }
-    st = node.client->PullInto(*node.store, from, now, &stats);
   } catch (const std::exception& e) {
     st = MakeErrorF(ErrorCode::kInternal, "pull from {} threw: {}", node.target.Address(), e.what());
   }
