@@ -51,6 +51,8 @@ struct Shape {
   std::function<double(int, int)> runnable;
   // Seconds rank r's launch probes were attached in tick t (none: no series, counts exact).
   std::function<double(int, int)> attached;
+  // The node's CPU pressure (PSI some avg10) in every tick (negative: no PSI series).
+  double cpu_pressure = -1;
   // The late rank's extra work is launched this many ticks before its late arrival.
   int work_lead = 0;
 };
@@ -128,6 +130,10 @@ FleetView Build(const Shape& s) {
       cpu.emplace_back("class", "runnable");
       f.Series("n1", "ithbat_sched_offcpu_seconds_total", MetricType::kCounter, cpu, waited);
     }
+  }
+  if (s.cpu_pressure >= 0) {
+    f.Series("n1", "ithbat_host_pressure_cpu_some_avg10_ratio", MetricType::kGauge, {},
+             std::vector<double>(kTicks, s.cpu_pressure));
   }
   return f.TakeView();
 }
@@ -229,6 +235,7 @@ TEST(Stragglers, RoamingNothingExplainsIsInconclusive) {
   Shape s;
   s.late_grid = s.other_grid;
   s.runnable = [](int r, int) { return 0.01 * r; };  // measured, but the same every tick
+  s.cpu_pressure = kHostCpuPressure - 0.02;          // an uncontended host
   auto f = Detect(s);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].verdict, Verdict::kInconclusive);
@@ -246,7 +253,19 @@ TEST(Stragglers, RoamingNothingExplainsIsInconclusive) {
   EXPECT_TRUE(signals.contains("ithbat_probe_grid_blocks_total"));
   EXPECT_TRUE(signals.contains("ithbat_gpu_utilization_ratio"));
   EXPECT_TRUE(collectors.contains("sched_io"));
+  EXPECT_TRUE(collectors.contains("host"));
   EXPECT_NEAR(f[0].speedup_with_fix, 1.0 / (1.0 - WaitShare(s.wait_per_tick)), 0.01);
+}
+
+// On a host whose CPUs are contended the ranks' threads are delayed in turn: that explains the
+// rotation (no finding), whatever the main threads' own CPU-wait series say.
+TEST(Stragglers, ARotationOnAHostWithContendedCpusIsNotUnexplained) {
+  Shape s;
+  s.late_grid = s.other_grid;
+  s.cpu_pressure = kHostCpuPressure + 0.02;
+  EXPECT_TRUE(Detect(s).empty());
+  s.cpu_pressure = kHostCpuPressure - 0.02;
+  ASSERT_EQ(Detect(s).size(), 1u);
 }
 
 TEST(Stragglers, AnUnexplainedWaitMustBeLargeToBeReported) {

@@ -152,6 +152,16 @@ double GpuMean(const FleetView& view, const RankProcess& p, const std::string& s
   return s / static_cast<double>(m.size());
 }
 
+// The node's CPU pressure over [from, to]: the mean of PSI "some" avg10 (the share of time at
+// least one task waited for a CPU); NaN where the host has no PSI.
+double CpuPressure(const FleetView& view, const std::string& node, TimeNs from, TimeNs to) {
+  auto m = view.Mean(node, "ithbat_host_pressure_cpu_some_avg10_ratio", from, to);
+  if (m.empty()) return std::nan("");
+  double s = 0;
+  for (const auto& x : m) s += x.value;
+  return s / static_cast<double>(m.size());
+}
+
 // Share of the GPU's sample ticks with a thermal or power-brake clock event active. The power
 // cap and idle reasons are never counted: every loaded GPU shows them.
 double ThermalShare(const FleetView& view, const RankProcess& p, TimeNs from, TimeNs to, TimeNs* first_run) {
@@ -536,6 +546,7 @@ struct Roaming {
   WorkLag work;
   double mean_util;
   int starved;
+  double cpu_pressure = std::nan("");  // PSI cpu some (avg10) mean; NaN: no PSI on the host
 };
 
 // The inconclusive finding: the ranks of `nodes` wait for a last rank that rotates, and neither
@@ -583,6 +594,15 @@ Finding UnexplainedRotation(const std::string& job, const std::vector<Roaming>& 
                     "busy (host_bottleneck needs {} followed by that rank arriving last)",
                     c.node, 100 * c.mean_util, c.starved, kMinStarvedSamples),
         w));
+    if (std::isfinite(c.cpu_pressure)) {
+      f.evidence.push_back(MakeEvidence(
+          "ithbat_host_pressure_cpu_some_avg10_ratio", kCollectorHost, c.node, c.cpu_pressure, kHostCpuPressure,
+          "ratio",
+          fmt::format("{}: its CPUs were not contended (a task waited for one {:.0f}% of the time, PSI some): not a "
+                      "host too busy to run the ranks",
+                      c.node, 100 * c.cpu_pressure),
+          w));
+    }
     if (std::isfinite(c.work.cpu)) {
       f.evidence.push_back(MakeEvidence(
           "ithbat_sched_offcpu_seconds_total{class=\"runnable\"}", kCollectorSchedIo, c.node, c.work.cpu,
@@ -883,13 +903,16 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
       // worth a page.
       if (v.kind != NodeVerdict::kRoaming) continue;
       const WorkLag wl = CorrelateWorkAndLag(n);
-      const Roaming candidate{node, n.ranks.size(), n.total_last, n.lag, n.rank_seconds, v, wl, mean_util, st.samples};
+      Roaming candidate{node, n.ranks.size(), n.total_last, n.lag, n.rank_seconds, v, wl, mean_util, st.samples};
       // The work hardly differing (spread) is not what they wait for either.
       if (wl.points >= kMinWorkLagPoints && wl.correlation >= RequiredWorkLagCorrelation(wl.points) &&
           wl.spread >= kMinWorkSpread) {
         roaming.push_back(candidate);
       } else if (v.wait_share >= kUnexplainedWaitShare && !(wl.cpu >= kHostCpuLagCorrelation)) {
-        unexplained.push_back(candidate);
+        // A host whose CPUs are contended delays its ranks' threads in turn: that explains a
+        // rotation too (the lab's worlds, 16–32 rank processes on 2 cores, run at 0.35–0.75).
+        candidate.cpu_pressure = CpuPressure(in.view, node, from, to);
+        if (!(candidate.cpu_pressure >= kHostCpuPressure)) unexplained.push_back(candidate);
       }
     }
     // data_imbalance: on every node it names, the last rank roams and its lateness follows its work.
