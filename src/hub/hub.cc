@@ -222,8 +222,7 @@ void Hub::AdoptName(Node& node, const std::string& reported) {
   }
   log->info("agent {} reports node '{}': its data is filed under it (was '{}')", node.target.Address(), reported,
             node.target.node);
-  node.target.node = reported;
-  node.state.target.node = reported;
+  node.target.node = reported;  // PullOne copies it into the node's state with the pull's outcome
 }
 
 Status Hub::Round(TimeNs now) {

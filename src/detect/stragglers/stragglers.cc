@@ -142,24 +142,26 @@ NodeData LoadNode(const FleetView& view, const JobView& job, const std::string& 
 }
 
 // Mean of a GPU's gauge over [from, to] on its node; NaN when absent.
-double GpuMean(const FleetView& view, const RankProcess& p, const std::string& selector_tail, TimeNs from,
-               TimeNs to, const std::string& metric) {
-  auto m = view.Mean(p.node, fmt::format("{}{{gpu_uuid={}{}}}", metric, Quote(p.gpu_uuid), selector_tail),
-                     from, to);
+// The mean over [from, to] of the series a selector picks on a node (averaged over series); NaN
+// when there are none.
+double MeanOf(const FleetView& view, const std::string& node, const std::string& selector, TimeNs from, TimeNs to) {
+  auto m = view.Mean(node, selector, from, to);
   if (m.empty()) return std::nan("");
   double s = 0;
   for (const auto& x : m) s += x.value;
   return s / static_cast<double>(m.size());
 }
 
+double GpuMean(const FleetView& view, const RankProcess& p, const std::string& selector_tail, TimeNs from,
+               TimeNs to, const std::string& metric) {
+  return MeanOf(view, p.node, fmt::format("{}{{gpu_uuid={}{}}}", metric, Quote(p.gpu_uuid), selector_tail), from,
+                to);
+}
+
 // The node's CPU pressure over [from, to]: the mean of PSI "some" avg10 (the share of time at
 // least one task waited for a CPU); NaN where the host has no PSI.
 double CpuPressure(const FleetView& view, const std::string& node, TimeNs from, TimeNs to) {
-  auto m = view.Mean(node, "ithbat_host_pressure_cpu_some_avg10_ratio", from, to);
-  if (m.empty()) return std::nan("");
-  double s = 0;
-  for (const auto& x : m) s += x.value;
-  return s / static_cast<double>(m.size());
+  return MeanOf(view, node, "ithbat_host_pressure_cpu_some_avg10_ratio", from, to);
 }
 
 // Share of the GPU's sample ticks with a thermal or power-brake clock event active. The power
