@@ -26,6 +26,10 @@ bool RunsDiagnosis(const AgentOptions& options) { return options.diagnose_interv
 
 // The collectors every agent runs. A new collector is added here and nowhere else, so the
 // agent, `--once`, the demo and docs/metrics.md always agree.
+// The node this agent's diagnoses name and its /api/v1/version reports: --node (the CLI defaults
+// it to the host name), else the host name for options built in code.
+std::string NodeNameOf(const AgentOptions& options) { return options.node.empty() ? HostName() : options.node; }
+
 Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const AgentOptions& options,
                      agent::TrackedProcesses& tracked, agent::LoggedSteps& logged_steps,
                      investigate::NodeDiagnoser& diagnoser) {
@@ -109,8 +113,8 @@ Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const A
   // The node-local diagnosis engine over the same store, on its own cadence; last, so its
   // rounds read what the collectors above wrote.
   if (RunsDiagnosis(options)) {
-    const std::string node = options.node.empty() ? HostName() : options.node;
-    return runtime.Add(std::make_unique<DiagnosisCollector>(diagnoser, store, node), options.diagnose_interval);
+    return runtime.Add(std::make_unique<DiagnosisCollector>(diagnoser, store, NodeNameOf(options)),
+                       options.diagnose_interval);
   }
   return Ok();
 }
@@ -164,7 +168,7 @@ Result<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentOptions& op
     so.bind_address = options.listen_address;
     so.port = options.listen_port;
     so.bearer_token = std::move(token);
-    so.node = options.node.empty() ? HostName() : options.node;
+    so.node = NodeNameOf(options);
     const agent::Runtime* rt = p->runtime_.get();
     serve::ServerSources sources;
     sources.collectors = [rt] { return rt->Status(); };

@@ -209,16 +209,6 @@ int RunRecordCommand(const RecordCommandOptions& o, std::FILE* out, std::FILE* e
         return 2;
       }
       remote::AgentClient client(ClientOptions(*hp, *token));
-      if (node.empty()) {
-        // The node name the agent's own diagnoses use, so the bundle's diagnoses name it alike;
-        // its host when it reports none (or cannot be asked: the pull below says why).
-        auto reported = client.NodeName();
-        node = reported && !reported->empty() ? *reported : hp->host;
-      }
-      if (stores.count(node) != 0) {
-        fmt::print(err, "ithbat record: node '{}' given twice (name them: --agent NODE=HOST:PORT)\n", node);
-        return 2;
-      }
       auto s = store::Store::Open(CopyStoreOptions());
       if (!s) {
         fmt::print(err, "ithbat record: {}\n", s.error().message);
@@ -235,6 +225,16 @@ int RunRecordCommand(const RecordCommandOptions& o, std::FILE* out, std::FILE* e
         fmt::print(err, "ithbat record: agent {}: {} (the rest was copied)\n", client.Address(),
                    p.error().message);
         incomplete = fmt::format(", incomplete: {} part(s) failed", stats.errors.size());
+      }
+      if (node.empty()) {
+        // Asked once the pull reached it (an unreachable agent costs its timeout once): the node
+        // name the agent's own diagnoses use, so the bundle's name it alike; else its host.
+        auto reported = client.NodeName();
+        node = reported && !reported->empty() ? *reported : hp->host;
+      }
+      if (stores.count(node) != 0) {
+        fmt::print(err, "ithbat record: node '{}' given twice (name them: --agent NODE=HOST:PORT)\n", node);
+        return 2;
       }
       sources.push_back(fmt::format("agent {} ({}{})", client.Address(), node, incomplete));
       stores.emplace(node, std::move(*s));
