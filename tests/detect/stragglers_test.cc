@@ -461,6 +461,23 @@ TEST(Stragglers, ALaunchStarvedLateRankIsAHostBottleneck) {
   EXPECT_FALSE(f[0].subjects.ranks.empty());
 }
 
+// Three starved samples (the minimum), each followed by its rank arriving last: they can account
+// for 3 samples × 1 s × 3 peers = 9 s of wait. Against 59 ticks × `wait` of lag that is a host
+// bottleneck when it is at least kMinStarvedShareOfWait of it, and noise on a host slow for
+// everyone when it is not.
+TEST(Stragglers, StarvedSamplesMustAccountForAMaterialShareOfTheWait) {
+  auto shape = [](double wait) {
+    Shape s;
+    s.late_grid = s.other_grid;
+    s.wait_per_tick = wait;
+    s.util = [last = s.last](int r, int t) { return (t == 10 || t == 25 || t == 40) && last(t + 1) == r ? 0.05 : 0.9; };
+    return s;
+  };
+  const double edge = 9.0 / kMinStarvedShareOfWait / (kTicks - 1);  // the wait per tick at the edge
+  EXPECT_TRUE(Has(Detect(shape(edge * 0.95)), Cause::kHostBottleneck));
+  EXPECT_FALSE(Has(Detect(shape(edge * 1.05)), Cause::kHostBottleneck));
+}
+
 TEST(Stragglers, StarvedGpusOnAnIdleNodeAreNotAHostBottleneck) {
   // The starved ticks are 1/12 of each GPU's: a node busy at 0.7 otherwise averages 0.65 (above
   // kHostBoundMinUtil: a host bottleneck), at 0.6 it averages 0.55 (input-bound: not one).

@@ -260,9 +260,15 @@ struct Starvation {
   std::set<const RankProcess*> ranks;
   TimeNs first = 0;
   TimeNs last_seen = 0;
-  bool HostBound() const {
+  double interval_s = 0;  // the utilisation samples' spacing (median)
+  // Enough starved samples, followed by the starved rank arriving last, and able to account for a
+  // material share of the node's wait: each starved sample lets each peer wait at most one sample
+  // interval.
+  bool HostBound(size_t ranks_on_node, double lag_seconds) const {
+    const double explainable = samples * interval_s * static_cast<double>(ranks_on_node - 1);
     return samples >= kMinStarvedSamples &&
-           followed_by_last >= kStarvedLateShare * static_cast<double>(samples);
+           followed_by_last >= kStarvedLateShare * static_cast<double>(samples) && lag_seconds > 0 &&
+           explainable >= kMinStarvedShareOfWait * lag_seconds;
   }
 };
 
@@ -279,6 +285,13 @@ Starvation CountStarvation(const NodeData& n) {
   std::set<TimeNs> ticks;
   for (const auto& r : n.ranks) {
     for (const auto& [t, u] : r.util) ticks.insert(t);
+  }
+  {
+    std::vector<double> gaps;
+    for (auto it = ticks.begin(); it != ticks.end() && std::next(it) != ticks.end(); ++it) {
+      gaps.push_back(static_cast<double>(*std::next(it) - *it) / kNsPerSec);
+    }
+    st.interval_s = gaps.empty() ? 0 : Median(gaps);
   }
   for (TimeNs t : ticks) {
     std::vector<const RankData*> starved;
@@ -864,9 +877,10 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
       }
       const double mean_util = Mean(util);
       Starvation st = CountStarvation(n);
+      const bool host_bound = st.HostBound(n.ranks.size(), n.lag);
       // A node whose GPUs are mostly idle is input-bound (the stalls detector's input_pipeline),
       // not held back by one late host thread.
-      if (st.HostBound() && mean_util > kHostBoundMinUtil) {
+      if (host_bound && mean_util > kHostBoundMinUtil) {
         if (host.subjects.job.empty()) {
           host.verdict = Verdict::kJob;
           host.cause = Cause::kHostBottleneck;
@@ -884,8 +898,9 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
         host.evidence.push_back(MakeEvidence(
             "ithbat_gpu_utilization_ratio", kCollectorGpu, node, st.samples, 0, "samples",
             fmt::format("{}: {} samples of a GPU at most {:.0f}% busy while its node peers' median "
-                        "was at least {:.0f}% ({} rank(s))",
-                        node, st.samples, 100 * kStarvedUtil, 100 * kPeerBusyUtil, st.ranks.size()),
+                        "was at least {:.0f}% ({} rank(s)); they can account for {:.0f}% of the node's wait",
+                        node, st.samples, 100 * kStarvedUtil, 100 * kPeerBusyUtil, st.ranks.size(),
+                        100 * st.samples * st.interval_s * static_cast<double>(n.ranks.size() - 1) / n.lag),
             w));
         host.evidence.push_back(MakeEvidence(
             "ithbat_probe_nccl_last_arrivals_total", kCollectorProbes, node, st.followed_by_last, st.samples,
@@ -900,7 +915,7 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
         host_rank_seconds += n.rank_seconds;
         continue;
       }
-      if (st.HostBound()) continue;  // starved but input-bound: not data_imbalance either
+      if (host_bound) continue;  // starved but input-bound: not data_imbalance either
       // data_imbalance needs the rotation; a persistent straggler with no reason shown is not
       // worth a page.
       if (v.kind != NodeVerdict::kRoaming) continue;
