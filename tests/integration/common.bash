@@ -84,9 +84,11 @@ start_agent() {
 }
 
 # metric_value URL SERIES: the value of one series (name plus labels exactly as exposed) in
-# the Prometheus text at URL/metrics; empty if absent.
+# the Prometheus text at URL/metrics; empty if absent. awk reads to the end instead of
+# exiting at the match: an early exit closes the pipe while curl is still writing, curl
+# fails with "(23) Failed writing body", and pipefail turns that into a failed test.
 metric_value() {
-  "${CURL[@]}" "$1/metrics" | awk -v s="$2" '$1 == s { print $2; exit }'
+  "${CURL[@]}" "$1/metrics" | awk -v s="$2" '$1 == s && !found { print $2; found = 1 }'
 }
 
 # has_metric URL SERIES: succeeds once URL/metrics exposes SERIES (for wait_until: the

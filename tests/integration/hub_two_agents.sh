@@ -42,7 +42,7 @@ start_node() {
 }
 start_node a
 start_node b
-has_gpu_series() { "${CURL[@]}" "${AUTH[@]}" "$1/metrics" | grep -q '^ithbat_gpu_'; }
+has_gpu_series() { "${CURL[@]}" "${AUTH[@]}" "$1/metrics" | grep '^ithbat_gpu_' >/dev/null; }
 wait_until 30 "agent A's GPU series" has_gpu_series "http://127.0.0.1:$PORT_a"
 wait_until 30 "agent B's GPU series" has_gpu_series "http://127.0.0.1:$PORT_b"
 
@@ -51,7 +51,7 @@ pci=$("$ctl" show "$WORK/node-a.state" | grep -Eo '[0-9a-fA-F]{8}:[0-9a-fA-F]{2}
 [[ -n $pci ]] || pci="00000000:01:00.0"
 echo "NVRM: Xid (PCI:${pci#0000}): 79, pid=4242, GPU has fallen off the bus." >>"$WORK/kmsg-a.log"
 agent_has_xid() {
-  "${CURL[@]}" "${AUTH[@]}" "http://127.0.0.1:$PORT_a/api/v1/events?kind=xid" | grep -q '"kind":"xid"'
+  "${CURL[@]}" "${AUTH[@]}" "http://127.0.0.1:$PORT_a/api/v1/events?kind=xid" | grep '"kind":"xid"' >/dev/null
 }
 wait_until 20 "agent A's Xid event" agent_has_xid
 
