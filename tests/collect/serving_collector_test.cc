@@ -231,19 +231,48 @@ TEST(ServingCollector, CmdlineReadAgainOnlyOnRescan) {
   proc.WriteFile("9/cmdline", Cmdline({"sleep", "100"}));
   ServingOptions options;
   options.procfs = proc.path();
-  options.rescan_every_ticks = 2;
+  options.rescan_every_ticks = 4;
+  options.exec_grace_ticks = 1;
   auto collector = ServingCollector::Create(options);
   FakeSink sink;
   ASSERT_TRUE(collector->Init(sink).has_value());
   ASSERT_TRUE(collector->Start().has_value());
   ASSERT_TRUE(collector->Collect(1).has_value());  // tick 0: full scan, pid 9 is not a server
+  ASSERT_TRUE(collector->Collect(2).has_value());  // tick 1: its one grace read, still not one
   proc.WriteFile("9/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(DeadPort())}));
-  ASSERT_TRUE(collector->Collect(2).has_value());  // tick 1: pid 9 known, its cmdline not read again
+  ASSERT_TRUE(collector->Collect(3).has_value());  // ticks 2, 3: pid 9 known, its cmdline not read again
+  ASSERT_TRUE(collector->Collect(4).has_value());
   EXPECT_EQ(sink.Count("ithbat_serving_up"), 0u);
-  proc.WriteFile("10/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(DeadPort())}));
-  ASSERT_TRUE(collector->Collect(3).has_value());  // tick 2: full rescan finds both
+  ASSERT_TRUE(collector->Collect(5).has_value());  // tick 4: the rescan finds it
   EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "9"}}), 0.0);
-  EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "10"}}), 0.0);
+}
+
+// A launcher forks and then execs the server: a pid listed between the two shows the launcher's
+// cmdline. It is read again on its next exec_grace_ticks ticks, and not after.
+TEST(ServingCollector, PidCaughtBeforeItsExecIsReadAgain) {
+  TempDir proc;
+  ServingOptions options;
+  options.procfs = proc.path();
+  options.rescan_every_ticks = 1000;
+  options.exec_grace_ticks = 2;
+  auto collector = ServingCollector::Create(options);
+  FakeSink sink;
+  ASSERT_TRUE(collector->Init(sink).has_value());
+  ASSERT_TRUE(collector->Start().has_value());
+  ASSERT_TRUE(collector->Collect(1).has_value());
+  const std::string launcher = Cmdline({"/usr/bin/python3", "launch.py", "--serve"});
+  const std::string port = std::to_string(DeadPort());
+  proc.WriteFile("12/cmdline", launcher);
+  proc.WriteFile("13/cmdline", launcher);
+  ASSERT_TRUE(collector->Collect(2).has_value());  // both first seen as the launcher
+  proc.WriteFile("12/cmdline", Cmdline({"vllm", "serve", "m", "--port", port}));
+  ASSERT_TRUE(collector->Collect(3).has_value());  // grace read 1: 12 has exec'd
+  EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "12"}}), 0.0);
+  EXPECT_FALSE(sink.Last("ithbat_serving_up", {{"pid", "13"}}).has_value());
+  ASSERT_TRUE(collector->Collect(4).has_value());  // grace read 2: 13 is still the launcher
+  proc.WriteFile("13/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(DeadPort())}));
+  ASSERT_TRUE(collector->Collect(5).has_value());  // past its grace: left to the rescan
+  EXPECT_FALSE(sink.Last("ithbat_serving_up", {{"pid", "13"}}).has_value());
 }
 
 TEST(ServingCollector, NewPidIsFoundOnTheNextTick) {

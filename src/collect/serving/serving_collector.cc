@@ -83,6 +83,7 @@ std::unique_ptr<ServingCollector> ServingCollector::Create(ServingOptions option
 ServingCollector::ServingCollector(ServingOptions options) : Collector("serving"), options_(std::move(options)) {
   const ServingOptions d;
   if (options_.rescan_every_ticks == 0) options_.rescan_every_ticks = d.rescan_every_ticks;
+  if (options_.exec_grace_ticks == 0) options_.exec_grace_ticks = d.exec_grace_ticks;
   if (options_.connect_timeout_ms <= 0) options_.connect_timeout_ms = d.connect_timeout_ms;
   if (options_.read_timeout_ms <= 0) options_.read_timeout_ms = d.read_timeout_ms;
   if (options_.scrape_deadline_ms <= 0) options_.scrape_deadline_ms = d.scrape_deadline_ms;
@@ -138,17 +139,26 @@ Status ServingCollector::InitImpl(Sink& sink) {
 Status ServingCollector::Discover() {
   auto pids = serving::ListPids(options_.procfs);
   if (!pids) return std::unexpected(pids.error());
-  if (ticks_ % options_.rescan_every_ticks == 0) {
-    known_pids_.clear();
-    servers_.clear();
-  }
-  // Forget pids that exited; read the cmdline of the new ones only.
-  for (auto it = servers_.begin(); it != servers_.end();) {
-    it = std::binary_search(pids->begin(), pids->end(), it->first) ? std::next(it) : servers_.erase(it);
-  }
+  const bool rescan = ticks_ % options_.rescan_every_ticks == 0;
+  if (rescan) servers_.clear();
+  // Forget pids that exited.
+  auto listed = [&](int32_t pid) { return std::binary_search(pids->begin(), pids->end(), pid); };
+  std::erase_if(servers_, [&](const auto& entry) { return !listed(entry.first); });
+  std::erase_if(young_pids_, [&](const auto& entry) { return !listed(entry.first); });
+  // Read the cmdline of new pids, of young ones (maybe not exec'd yet when first read), and of
+  // every pid on a rescan.
   for (int32_t pid : *pids) {
-    if (std::binary_search(known_pids_.begin(), known_pids_.end(), pid)) continue;
-    if (auto info = serving::ReadServer(options_.procfs, pid)) servers_[pid] = std::move(*info);
+    const bool seen = std::binary_search(known_pids_.begin(), known_pids_.end(), pid);
+    auto young = young_pids_.find(pid);
+    if (seen && !rescan && young == young_pids_.end()) continue;
+    if (auto info = serving::ReadServer(options_.procfs, pid)) {
+      servers_[pid] = std::move(*info);
+      if (young != young_pids_.end()) young_pids_.erase(young);
+    } else if (!seen) {
+      young_pids_[pid] = options_.exec_grace_ticks;
+    } else if (young != young_pids_.end() && --young->second == 0) {
+      young_pids_.erase(young);
+    }
   }
   known_pids_ = std::move(*pids);
   return Ok();

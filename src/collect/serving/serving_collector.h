@@ -7,7 +7,10 @@
 // Discovery cadence: every Collect lists the numeric entries of the proc root (one readdir)
 // and reads the cmdline only of pids not seen before; every rescan_every_ticks Collects it
 // forgets what it knew and reads every cmdline again (a pid reused between two ticks, or a
-// cmdline rewritten by the process, shows up then).
+// cmdline rewritten by the process, shows up then). A pid that names no server when it first
+// appears is read again on its next exec_grace_ticks ticks: a launcher forks, then execs the
+// server, and a pid caught between the two still shows the launcher's cmdline (a lab run on a
+// loaded 2-core host found its server 30 s late that way).
 //
 // Threads: scrapes block on the network, so a Collect runs up to max_concurrent_scrapes of
 // them on short-lived threads it joins before returning; no thread outlives a Collect. One
@@ -53,6 +56,7 @@ struct ServingOptions {
   std::filesystem::path procfs = "/proc";
   std::string host = "127.0.0.1";
   uint32_t rescan_every_ticks = 30;
+  uint32_t exec_grace_ticks = 2;  // 0 = the default
   int connect_timeout_ms = 500;
   int read_timeout_ms = 1000;
   int scrape_deadline_ms = 2000;
@@ -103,7 +107,8 @@ class ServingCollector final : public agent::Collector {
   std::vector<MetricDesc> server_descs_;  // by ServerSeries
   Sink* sink_ = nullptr;
   uint64_t ticks_ = 0;
-  std::vector<int32_t> known_pids_;                      // sorted: every pid whose cmdline was read
+  std::vector<int32_t> known_pids_;                      // sorted: the pids the last Collect listed
+  std::map<int32_t, uint32_t> young_pids_;               // non-server pid → cmdline reads still due
   std::map<int32_t, serving::ServerInfo> servers_;       // the servers among them
   // What is kept per server (engine, port, pid), dropped when the server is gone so that
   // restarts (new pids) do not pile up state.
