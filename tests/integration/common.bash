@@ -83,12 +83,23 @@ start_agent() {
   AGENT_URL="http://127.0.0.1:$port"
 }
 
+# Answers are read whole before they are searched: a reader that stops at its match (grep -q,
+# awk's exit) closes the pipe while curl is still writing, curl fails with "(23) Failed writing
+# body", and pipefail turns that into a failed test.
+
+# answer_has URL PATTERN [CURL ARGS...]: succeeds when the answer at URL has a line matching
+# the basic regex PATTERN (a poll for wait_until).
+answer_has() {
+  local url=$1 pattern=$2 text
+  shift 2
+  text=$("${CURL[@]}" "$@" "$url") && grep -q -- "$pattern" <<<"$text"
+}
+
 # metric_value URL SERIES: the value of one series (name plus labels exactly as exposed) in
-# the Prometheus text at URL/metrics; empty if absent. awk reads to the end instead of
-# exiting at the match: an early exit closes the pipe while curl is still writing, curl
-# fails with "(23) Failed writing body", and pipefail turns that into a failed test.
+# the Prometheus text at URL/metrics; empty if absent.
 metric_value() {
-  "${CURL[@]}" "$1/metrics" | awk -v s="$2" '$1 == s && !found { print $2; found = 1 }'
+  local text
+  text=$("${CURL[@]}" "$1/metrics") && awk -v s="$2" '$1 == s { print $2; exit }' <<<"$text"
 }
 
 # has_metric URL SERIES: succeeds once URL/metrics exposes SERIES (for wait_until: the

@@ -42,18 +42,14 @@ start_node() {
 }
 start_node a
 start_node b
-has_gpu_series() { "${CURL[@]}" "${AUTH[@]}" "$1/metrics" | grep '^ithbat_gpu_' >/dev/null; }
-wait_until 30 "agent A's GPU series" has_gpu_series "http://127.0.0.1:$PORT_a"
-wait_until 30 "agent B's GPU series" has_gpu_series "http://127.0.0.1:$PORT_b"
+wait_until 30 "agent A's GPU series" answer_has "http://127.0.0.1:$PORT_a/metrics" '^ithbat_gpu_' "${AUTH[@]}"
+wait_until 30 "agent B's GPU series" answer_has "http://127.0.0.1:$PORT_b/metrics" '^ithbat_gpu_' "${AUTH[@]}"
 
 # The fault: node A's first GPU falls off the bus. The fake GPUs' PCI ids are in `show`.
 pci=$("$ctl" show "$WORK/node-a.state" | grep -Eo '[0-9a-fA-F]{8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.0' | head -n 1 || true)
 [[ -n $pci ]] || pci="00000000:01:00.0"
 echo "NVRM: Xid (PCI:${pci#0000}): 79, pid=4242, GPU has fallen off the bus." >>"$WORK/kmsg-a.log"
-agent_has_xid() {
-  "${CURL[@]}" "${AUTH[@]}" "http://127.0.0.1:$PORT_a/api/v1/events?kind=xid" | grep '"kind":"xid"' >/dev/null
-}
-wait_until 20 "agent A's Xid event" agent_has_xid
+wait_until 20 "agent A's Xid event" answer_has "http://127.0.0.1:$PORT_a/api/v1/events?kind=xid" '"kind":"xid"' "${AUTH[@]}"
 
 # validate FILE: every line is one schema-v1 diagnosis (the fields docs/diagnoses.md requires,
 # with their types and enum values); prints "cause node,node" per line.

@@ -42,17 +42,11 @@ STARTED_PIDS+=("$rank_pid")
 : >"$WORK/agent.log"
 ITHBAT_FAKE_STATE=$state start_agent agent --nvml-library "$fake" --kmsg "" --interval 200ms --joblog ebpf
 
-# metric SERIES: its value in the agent's /metrics (empty if absent). The text is read whole
-# first: awk leaving early would make curl fail writing (and pipefail fail the script).
-metric() {
-  local text
-  text=$("${CURL[@]}" "$AGENT_URL/metrics") || return 1
-  awk -v s="$1" '$1 == s { print $2 }' <<<"$text"
-}
+metric() { metric_value "$AGENT_URL" "$1"; }
 # Whatever the attachment (fexit, tp_btf, raw_tp), the capture must be eBPF; if it is not, the
 # agent's log and the collector's degraded flag say why.
-has_mode() { "${CURL[@]}" "$AGENT_URL/metrics" | awk '/^ithbat_joblog_capture_mode\{/ { found = 1 } END { exit !found }'; }
-wait_until 20 "the job-output collector's first tick (ithbat_joblog_capture_mode)" has_mode
+wait_until 20 "the job-output collector's first tick (ithbat_joblog_capture_mode)" \
+  answer_has "$AGENT_URL/metrics" '^ithbat_joblog_capture_mode{'
 metrics=$("${CURL[@]}" "$AGENT_URL/metrics") || fail "cannot read the agent's /metrics"
 if ! grep -q '^ithbat_joblog_capture_mode{[^}]*mode="ebpf"' <<<"$metrics"; then
   grep -E '^ithbat_joblog_capture_mode' <<<"$metrics" >&2 || true

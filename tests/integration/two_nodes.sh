@@ -79,10 +79,6 @@ view() {
   local text
   text=$("${CURL[@]}" "$1/metrics") && python3 "$WORK/view.py" "$metric" <<<"$text"
 }
-has_metric_family() {
-  local text
-  text=$("${CURL[@]}" "$1/metrics") && grep -q "^$metric{" <<<"$text"
-}
 # expected RANK...: the view a node holding exactly these ranks must show. Rank r is on GPU
 # r % 2 of its node (ranks 0,1 on A's GPUs 0,1; ranks 2,3 on B's GPUs 0,1).
 expected() {
@@ -120,8 +116,8 @@ wait_until_quiet() {
   done
 }
 
-wait_until 30 "agent A's first process series" has_metric_family "$URL_a"
-wait_until 30 "agent B's first process series" has_metric_family "$URL_b"
+wait_until 30 "agent A's first process series" answer_has "$URL_a/metrics" "^$metric{"
+wait_until 30 "agent B's first process series" answer_has "$URL_b/metrics" "^$metric{"
 check_view A "$URL_a" 0 1
 check_view B "$URL_b" 2 3
 echo "rank pid gpu job_id local_rank world_size bytes, as exported by agent A:"
