@@ -142,6 +142,14 @@ int DeadPort() {
   return port;
 }
 
+// A collector created with `options`, initialised on `sink` and started; nullptr if either
+// step fails. The sink must outlive it.
+std::unique_ptr<ServingCollector> Started(const ServingOptions& options, FakeSink& sink) {
+  auto collector = ServingCollector::Create(options);
+  if (!collector->Init(sink) || !collector->Start()) return nullptr;
+  return collector;
+}
+
 TEST(ServingCollector, EndToEnd) {
   MetricsServer server;
   ASSERT_GT(server.port(), 0);
@@ -159,13 +167,12 @@ TEST(ServingCollector, EndToEnd) {
 
   ServingOptions options;
   options.procfs = proc.path();
-  auto collector = ServingCollector::Create(options);
+  FakeSink sink;
+  auto collector = Started(options, sink);
+  ASSERT_NE(collector, nullptr);
   for (const MetricDesc& d : collector->Describe()) {
     EXPECT_TRUE(ValidateMetricDesc(d).has_value()) << d.name;
   }
-  FakeSink sink;
-  ASSERT_TRUE(collector->Init(sink).has_value());
-  ASSERT_TRUE(collector->Start().has_value());
   ASSERT_TRUE(collector->Collect(1000).has_value());
 
   const std::pair<std::string_view, std::string_view> vllm = {"pid", "4242"};
@@ -217,10 +224,9 @@ TEST(ServingCollector, OversizedBodyIsReported) {
   ServingOptions options;
   options.procfs = proc.path();
   options.max_body_bytes = 1024;
-  auto collector = ServingCollector::Create(options);
   FakeSink sink;
-  ASSERT_TRUE(collector->Init(sink).has_value());
-  ASSERT_TRUE(collector->Start().has_value());
+  auto collector = Started(options, sink);
+  ASSERT_NE(collector, nullptr);
   ASSERT_TRUE(collector->Collect(1).has_value());
   EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "7"}}), 0.0);
   EXPECT_NE(collector->Health().last_error.find("exceeds"), std::string::npos) << collector->Health().last_error;
@@ -233,10 +239,9 @@ TEST(ServingCollector, CmdlineReadAgainOnlyOnRescan) {
   options.procfs = proc.path();
   options.rescan_every_ticks = 4;
   options.exec_grace_ticks = 1;
-  auto collector = ServingCollector::Create(options);
   FakeSink sink;
-  ASSERT_TRUE(collector->Init(sink).has_value());
-  ASSERT_TRUE(collector->Start().has_value());
+  auto collector = Started(options, sink);
+  ASSERT_NE(collector, nullptr);
   ASSERT_TRUE(collector->Collect(1).has_value());  // tick 0: full scan, pid 9 is not a server
   ASSERT_TRUE(collector->Collect(2).has_value());  // tick 1: its one grace read, still not one
   proc.WriteFile("9/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(DeadPort())}));
@@ -255,10 +260,9 @@ TEST(ServingCollector, PidCaughtBeforeItsExecIsReadAgain) {
   options.procfs = proc.path();
   options.rescan_every_ticks = 1000;
   options.exec_grace_ticks = 2;
-  auto collector = ServingCollector::Create(options);
   FakeSink sink;
-  ASSERT_TRUE(collector->Init(sink).has_value());
-  ASSERT_TRUE(collector->Start().has_value());
+  auto collector = Started(options, sink);
+  ASSERT_NE(collector, nullptr);
   ASSERT_TRUE(collector->Collect(1).has_value());
   const std::string launcher = Cmdline({"/usr/bin/python3", "launch.py", "--serve"});
   const std::string port = std::to_string(DeadPort());
@@ -280,10 +284,9 @@ TEST(ServingCollector, NewPidIsFoundOnTheNextTick) {
   ServingOptions options;
   options.procfs = proc.path();
   options.rescan_every_ticks = 1000;
-  auto collector = ServingCollector::Create(options);
   FakeSink sink;
-  ASSERT_TRUE(collector->Init(sink).has_value());
-  ASSERT_TRUE(collector->Start().has_value());
+  auto collector = Started(options, sink);
+  ASSERT_NE(collector, nullptr);
   ASSERT_TRUE(collector->Collect(1).has_value());
   proc.WriteFile("11/cmdline", Cmdline({"text-generation-launcher", "--port", std::to_string(DeadPort()),
                                         "--max-batch-size", "16"}));
@@ -305,10 +308,9 @@ TEST(ServingCollector, NoServersNoSeries) {
   proc.WriteFile("1/cmdline", Cmdline({"/sbin/init"}));
   ServingOptions options;
   options.procfs = proc.path();
-  auto collector = ServingCollector::Create(options);
   FakeSink sink;
-  ASSERT_TRUE(collector->Init(sink).has_value());
-  ASSERT_TRUE(collector->Start().has_value());
+  auto collector = Started(options, sink);
+  ASSERT_NE(collector, nullptr);
   ASSERT_TRUE(collector->Collect(1).has_value());
   EXPECT_TRUE(sink.series.empty());
   EXPECT_EQ(collector->Health().errors, 0u);
