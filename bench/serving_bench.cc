@@ -1,0 +1,95 @@
+// The serving collector's discovery per tick over a proc root of N processes, none of them a
+// server (so no scrape: only the readdir and the cmdline reads are timed). Three phases:
+//   steady    every pid seen before: one readdir, no cmdline read (the common tick);
+//   rescan    every cmdline read again (rescan_every_ticks = 1: the cost of tick 0, of every
+//             rescan, and of each exec-grace tick after start-up, when every pid is new);
+//   churn     steady, plus 8 new pids a tick that are each read on arrival and on their next
+//             exec_grace_ticks ticks (a launcher's child caught before its exec).
+// The proc root is a fixture tree in /tmp (cmdlines of realistic length), so the figures are
+// tmpfs/ext4 reads, not procfs's; compare the phases' ratios, not absolute times.
+//
+// Run: build/bench/serving_bench
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "collect/serving/serving_collector.h"
+#include "core/sink.h"
+
+namespace {
+
+using ithbat::collect::ServingCollector;
+using ithbat::collect::ServingOptions;
+
+class NullSink final : public ithbat::Sink {
+ public:
+  ithbat::Result<ithbat::SeriesRef> RegisterSeries(const ithbat::MetricDesc&, const ithbat::LabelSet&) override {
+    return ithbat::SeriesRef{0};
+  }
+  ithbat::Status Append(ithbat::SeriesRef, ithbat::TimeNs, double) override { return {}; }
+  ithbat::Status AppendEvent(ithbat::Event) override { return {}; }
+  ithbat::Status RecordStep(std::string_view, int32_t, ithbat::StepSpan) override { return {}; }
+};
+
+// A proc root with pids 1000.. holding a python training cmdline each.
+class ProcTree {
+ public:
+  explicit ProcTree(int pids) {
+    char tmpl[] = "/tmp/ithbat-serving-bench-XXXXXX";
+    root_ = ::mkdtemp(tmpl);
+    for (int i = 0; i < pids; i++) Add(1000 + i);
+  }
+  ~ProcTree() { std::filesystem::remove_all(root_); }
+  void Add(int pid) {
+    std::filesystem::create_directories(root_ / std::to_string(pid));
+    static constexpr char kCmdline[] = "/usr/bin/python3\0-u\0train.py\0--config\0configs/llama-8b.yaml";
+    std::ofstream(root_ / std::to_string(pid) / "cmdline", std::ios::binary).write(kCmdline, sizeof(kCmdline));
+  }
+  void Remove(int pid) { std::filesystem::remove_all(root_ / std::to_string(pid)); }
+  const std::filesystem::path& root() const { return root_; }
+
+ private:
+  std::filesystem::path root_;
+};
+
+void Run(benchmark::State& state, uint32_t rescan_every_ticks, int new_per_tick) {
+  ProcTree proc(static_cast<int>(state.range(0)));
+  ServingOptions options;
+  options.procfs = proc.root();
+  options.rescan_every_ticks = rescan_every_ticks;
+  NullSink sink;
+  auto collector = ServingCollector::Create(options);
+  if (!collector->Init(sink) || !collector->Start()) {
+    state.SkipWithError("collector did not start");
+    return;
+  }
+  int64_t t = 1;
+  for (int i = 0; i < 4; i++) benchmark::DoNotOptimize(collector->Collect(t++));  // past tick 0 and its grace
+  int next_pid = 1000000;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (int i = 0; i < new_per_tick; i++) {
+      proc.Remove(next_pid - 3 * new_per_tick);  // short-lived: three ticks each
+      proc.Add(next_pid++);
+    }
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(collector->Collect(t++));
+  }
+  state.counters["pids"] = static_cast<double>(state.range(0));
+}
+
+void BM_Steady(benchmark::State& state) { Run(state, 1u << 30, 0); }
+void BM_Rescan(benchmark::State& state) { Run(state, 1, 0); }
+void BM_Churn(benchmark::State& state) { Run(state, 1u << 30, 8); }
+
+BENCHMARK(BM_Steady)->Arg(500)->Arg(2000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Rescan)->Arg(500)->Arg(2000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Churn)->Arg(500)->Arg(2000)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
