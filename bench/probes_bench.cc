@@ -62,11 +62,11 @@
 #include <bpf/libbpf.h>
 
 #include "agent/tracked_processes.h"
+#include "bench/null_sink.h"
 #include "collect/probes/elf_reader.h"
 #include "collect/probes/probe_bpf.h"
 #include "collect/probes/probe_table.h"
 #include "collect/probes/probes_collector.h"
-#include "core/sink.h"
 #include "collect/probes/proc_maps.h"
 #include "collect/probes/target_resolver.h"
 #include "empty_uprobe.skel.h"
@@ -448,19 +448,7 @@ PacedResult Paced(double rate, double seconds, const std::atomic<bool>* stop = n
   return r;
 }
 
-// A sink that keeps nothing (the collector's series are not what is measured here).
-class NullSink : public ithbat::Sink {
- public:
-  ithbat::Result<ithbat::SeriesRef> RegisterSeries(const ithbat::MetricDesc&, const ithbat::LabelSet&) override {
-    return next_++;
-  }
-  ithbat::Status Append(ithbat::SeriesRef, ithbat::TimeNs, double) override { return ithbat::Ok(); }
-  ithbat::Status AppendEvent(ithbat::Event) override { return ithbat::Ok(); }
-  ithbat::Status RecordStep(std::string_view, int32_t, ithbat::StepSpan) override { return ithbat::Ok(); }
-
- private:
-  ithbat::SeriesRef next_ = 1;
-};
+using ithbat::bench::NullSink;
 
 int BudgetBench(double max_seconds, const std::vector<double>& rates) {
   using ithbat::collect::probes::ProbesCollector;

@@ -9,31 +9,23 @@
 // tmpfs/ext4 reads, not procfs's; compare the phases' ratios, not absolute times.
 //
 // Run: build/bench/serving_bench
-#include <benchmark/benchmark.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include "bench/null_sink.h"
 #include "collect/serving/serving_collector.h"
-#include "core/sink.h"
 
 namespace {
 
 using ithbat::collect::ServingCollector;
 using ithbat::collect::ServingOptions;
 
-class NullSink final : public ithbat::Sink {
- public:
-  ithbat::Result<ithbat::SeriesRef> RegisterSeries(const ithbat::MetricDesc&, const ithbat::LabelSet&) override {
-    return ithbat::SeriesRef{0};
-  }
-  ithbat::Status Append(ithbat::SeriesRef, ithbat::TimeNs, double) override { return {}; }
-  ithbat::Status AppendEvent(ithbat::Event) override { return {}; }
-  ithbat::Status RecordStep(std::string_view, int32_t, ithbat::StepSpan) override { return {}; }
-};
+using ithbat::bench::NullSink;
 
 // A proc root with pids 1000.. holding a python training cmdline each.
 class ProcTree {
@@ -47,7 +39,8 @@ class ProcTree {
   void Add(int pid) {
     std::filesystem::create_directories(root_ / std::to_string(pid));
     static constexpr char kCmdline[] = "/usr/bin/python3\0-u\0train.py\0--config\0configs/llama-8b.yaml";
-    std::ofstream(root_ / std::to_string(pid) / "cmdline", std::ios::binary).write(kCmdline, sizeof(kCmdline));
+    std::ofstream(root_ / std::to_string(pid) / "cmdline", std::ios::binary)
+        .write(kCmdline, sizeof(kCmdline));
   }
   void Remove(int pid) { std::filesystem::remove_all(root_ / std::to_string(pid)); }
   const std::filesystem::path& root() const { return root_; }
