@@ -357,7 +357,8 @@ WindowWork WorkIn(const RankData& r, TimeNs from, TimeNs to) {
 //    on-slices the correlation was 0.16 and 0.02 against the same tick's work, 0.34 and 0.24
 //    against the tick before, 0.31 and 0.32 against the one before that. Extrapolated ticks never
 //    count: there they outnumbered the counted ones four to one and held the correlation (of
-//    every tick, as if exact) at 0.10–0.12.
+//    every tick, as if exact) at 0.10–0.12. Its lateness there is over the tick and the next
+//    (kLatenessTicks; the exact ticks keep the tick's own, where their figures were measured).
 struct WorkLag {
   double correlation = std::nan("");  // work ~ lateness, CPU waits held fixed where measured
   double raw = std::nan("");          // work ~ lateness
@@ -414,9 +415,13 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
     double intensity, lag, cpu;
   };
   std::vector<Sampled> sampled;
+  // A duty-cycled tick's lateness spans the ticks after it (kLatenessTicks): the newest ones wait
+  // for the next evaluation.
+  const TimeNs lateness_after = (2 * kLatenessTicks - 1) * kNsPerSec / 2;
+  const TimeNs newest = ticks.empty() ? 0 : *ticks.rbegin();
   for (TimeNs t : ticks) {
     std::vector<WindowWork> wide, before;
-    std::vector<double> lag, cpu;
+    std::vector<double> lag, cpu, lag_after, cpu_after;
     bool all_counted = true;
     for (const auto& r : n.ranks) {
       wide.push_back(WorkIn(r, t - 3 * kNsPerSec / 2, t));
@@ -425,6 +430,8 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
       auto it = r.lag.find(t);
       lag.push_back(it == r.lag.end() ? 0 : it->second);
       cpu.push_back(SumBetween(r.runnable, t - 3 * kNsPerSec / 2, t));
+      lag_after.push_back(SumBetween(r.lag, t - kNsPerSec / 2, t + lateness_after));
+      cpu_after.push_back(SumBetween(r.runnable, t - 3 * kNsPerSec / 2, t + lateness_after));
     }
     const double mean_lag = Mean(lag), mean_cpu = Mean(cpu);
     if (all_counted) {
@@ -440,10 +447,12 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
       }
       continue;
     }
+    if (t + lateness_after - kNsPerSec > newest) continue;  // the ticks after it are not in yet
+    const double mean_lag_after = Mean(lag_after), mean_cpu_after = Mean(cpu_after);
     for (size_t i = 0; i < n.ranks.size(); ++i) {
       const WindowWork& w = before[i];
       if (!w.measured || !(w.launches > 0)) continue;
-      sampled.push_back({i, w.blocks / w.launches, lag[i] - mean_lag, cpu[i] - mean_cpu});
+      sampled.push_back({i, w.blocks / w.launches, lag_after[i] - mean_lag_after, cpu_after[i] - mean_cpu_after});
     }
   }
   // Each duty-cycled rank against its own typical kernel weight (needs a few windows of its own).
