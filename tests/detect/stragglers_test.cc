@@ -226,6 +226,20 @@ TEST(Stragglers, ALatenessTheLaunchQueueDefersStillFollowsTheWork) {
   EXPECT_TRUE(Has(Detect(s), Cause::kDataImbalance));
 }
 
+// Eight ranks whose launch probes are counted together one tick in eight: at tick 34 each has
+// four counted windows, one short of a typical of its own (kMinSampledWindowsPerRank), but
+// counted together they are compared with each other (kMinRanksCountedTogether) from the first.
+TEST(Stragglers, RanksCountedTogetherAreComparedWithEachOther) {
+  Shape s = DutyCycled();
+  s.ranks = 8;
+  s.last = [](int t) { return t % 8; };
+  s.attached = [](int, int t) { return t % 8 == 0 ? 1.0 : 0.0; };
+  EXPECT_TRUE(Has(Detect(s, 34), Cause::kDataImbalance));
+  // Out of phase (one rank a tick), nobody has company or a typical of their own yet.
+  s.attached = [](int r, int t) { return (t + r) % 8 == 0 ? 1.0 : 0.0; };
+  EXPECT_FALSE(Has(Detect(s, 34), Cause::kDataImbalance));
+}
+
 TEST(Stragglers, ExtrapolatedTicksAreNotWork) {
   // The extra work shows only in ticks the rank was not counted in (as if an extrapolation had
   // followed the lateness): its counted ticks carry the same work as everyone's — no imbalance.

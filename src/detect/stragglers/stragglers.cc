@@ -359,6 +359,8 @@ WindowWork WorkIn(const RankData& r, TimeNs from, TimeNs to) {
 //    count: there they outnumbered the counted ones four to one and held the correlation (of
 //    every tick, as if exact) at 0.10–0.12. Its lateness there is over the tick and the next
 //    (kLatenessTicks; the exact ticks keep the tick's own, where their figures were measured).
+//    Until a rank has a typical of its own, a window in which enough of the node's ranks were
+//    counted together (kMinRanksCountedTogether) compares it with their median that tick.
 struct WorkLag {
   double correlation = std::nan("");  // work ~ lateness, CPU waits held fixed where measured
   double raw = std::nan("");          // work ~ lateness
@@ -413,6 +415,7 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
   struct Sampled {
     size_t rank;
     double intensity, lag, cpu;
+    double against_peers;  // intensity ÷ the median of the ranks counted with it (NaN: too few)
   };
   std::vector<Sampled> sampled;
   // A duty-cycled tick's lateness spans the ticks after it (kLatenessTicks): the newest ones wait
@@ -449,10 +452,21 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
     }
     if (t + lateness_after - kNsPerSec > newest) continue;  // the ticks after it are not in yet
     const double mean_lag_after = Mean(lag_after), mean_cpu_after = Mean(cpu_after);
+    // Ranks counted over the same tick (their on-slices in phase) can be compared with each
+    // other, as the exact ticks are: each one's blocks per launch ÷ their median. That serves a
+    // rank until it has a typical of its own (below).
+    std::vector<double> weight;
+    for (size_t i = 0; i < n.ranks.size(); ++i) {
+      if (before[i].measured && before[i].launches > 0) weight.push_back(before[i].blocks / before[i].launches);
+    }
+    const bool together = weight.size() >= std::max(kMinRanksCountedTogether, (n.ranks.size() + 1) / 2);
+    const double median_weight = together ? Median(weight) : 0;
     for (size_t i = 0; i < n.ranks.size(); ++i) {
       const WindowWork& w = before[i];
       if (!w.measured || !(w.launches > 0)) continue;
-      sampled.push_back({i, w.blocks / w.launches, lag_after[i] - mean_lag_after, cpu_after[i] - mean_cpu_after});
+      const double intensity = w.blocks / w.launches;
+      sampled.push_back({i, intensity, lag_after[i] - mean_lag_after, cpu_after[i] - mean_cpu_after,
+                         median_weight > 0 ? intensity / median_weight : std::nan("")});
     }
   }
   // Each duty-cycled rank against its own typical kernel weight (needs a few windows of its own).
@@ -466,15 +480,21 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
   std::vector<double> relative;
   for (const auto& s : sampled) {
     auto it = typical.find(s.rank);
-    if (it == typical.end() || !(it->second > 0)) continue;
-    relative.push_back(s.intensity / it->second);
+    if (it != typical.end() && it->second > 0) {
+      relative.push_back(s.intensity / it->second);
+    } else if (std::isfinite(s.against_peers)) {
+      relative.push_back(s.against_peers);
+    } else {
+      continue;
+    }
     xs.push_back(relative.back());
     ys.push_back(s.lag);
     zs.push_back(s.cpu);
     ++out.sampled_points;
   }
   // The spread of duty-cycled work: how much a rank's kernels' weight varies from its own typical
-  // (step to step, as the ranks' work differs within a step when the data is uneven), weighed
+  // (step to step, as the ranks' work differs within a step when the data is uneven; before it
+  // has one, from the peers counted with it), weighed
   // with the exact ticks' by their points.
   const double exact_points = static_cast<double>(xs.size() - out.sampled_points);
   const double exact_spread = spreads.empty() ? std::nan("") : Mean(spreads);

@@ -138,8 +138,18 @@ inline constexpr double kMinWorkSpread = 0.08;
 // not a step's work ...
 inline constexpr double kMeasuredShare = 0.9;
 // ... and such a rank is normalised by its own typical kernel weight (thread blocks per launch),
-// so it needs at least this many counted windows of its own.
+// so it needs at least this many counted windows of its own ...
 inline constexpr size_t kMinSampledWindowsPerRank = 5;
+// ... and until it has, a window in which at least half the node's ranks, and at least this
+// many, were counted together is compared with their median that tick (as the exact ticks are).
+// The duty cycle's on-slices often fall in phase across a node's ranks (a case01 world run on a
+// loaded machine: all eight counted together one tick in six), and waiting for five windows of
+// every rank's own put its first verdict at 33 steps (budget 30); with this, five case01 worlds
+// gave 22–23 steps (27, 33, 25, 22 on four of them before) and the same end correlations. Only
+// until the rank's own typical exists: comparing every window with the peers' lowered the
+// spread of the four-rank throttle-and-imbalance look-alike (two steps a tick) to 0.079 and delayed
+// its first verdict to 60 steps (budget 60); this way it gave 46.
+inline constexpr size_t kMinRanksCountedTogether = 3;
 
 // The unexplained rotation (inconclusive) is reported when the node's ranks wait at least this
 // share of their time for the last one: a finding that says "we do not know why" must be worth
