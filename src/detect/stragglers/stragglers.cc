@@ -424,7 +424,7 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
   const TimeNs newest = ticks.empty() ? 0 : *ticks.rbegin();
   for (TimeNs t : ticks) {
     std::vector<WindowWork> wide, before;
-    std::vector<double> lag, cpu, lag_after, cpu_after;
+    std::vector<double> lag, cpu;
     bool all_counted = true;
     for (const auto& r : n.ranks) {
       wide.push_back(WorkIn(r, t - 3 * kNsPerSec / 2, t));
@@ -433,8 +433,6 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
       auto it = r.lag.find(t);
       lag.push_back(it == r.lag.end() ? 0 : it->second);
       cpu.push_back(SumBetween(r.runnable, t - 3 * kNsPerSec / 2, t));
-      lag_after.push_back(SumBetween(r.lag, t - kNsPerSec / 2, t + lateness_after));
-      cpu_after.push_back(SumBetween(r.runnable, t - 3 * kNsPerSec / 2, t + lateness_after));
     }
     const double mean_lag = Mean(lag), mean_cpu = Mean(cpu);
     if (all_counted) {
@@ -451,6 +449,11 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
       continue;
     }
     if (t + lateness_after - kNsPerSec > newest) continue;  // the ticks after it are not in yet
+    std::vector<double> lag_after, cpu_after;
+    for (const auto& r : n.ranks) {
+      lag_after.push_back(SumBetween(r.lag, t - kNsPerSec / 2, t + lateness_after));
+      cpu_after.push_back(SumBetween(r.runnable, t - 3 * kNsPerSec / 2, t + lateness_after));
+    }
     const double mean_lag_after = Mean(lag_after), mean_cpu_after = Mean(cpu_after);
     // Ranks counted over the same tick (their on-slices in phase) can be compared with each
     // other, as the exact ticks are: each one's blocks per launch ÷ their median. That serves a
