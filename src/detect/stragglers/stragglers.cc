@@ -405,6 +405,16 @@ double CoefficientOfVariation(const std::vector<double>& v) {
   return std::sqrt(ss / static_cast<double>(v.size())) / m;
 }
 
+// Each rank's growth of one of its series over (from, to], less the node's mean: how much more
+// (or less) than its peers.
+std::vector<double> AgainstNodeMean(const NodeData& n, Deltas RankData::*series, TimeNs from, TimeNs to) {
+  std::vector<double> v;
+  for (const auto& r : n.ranks) v.push_back(SumBetween(r.*series, from, to));
+  const double mean = Mean(v);
+  for (double& x : v) x -= mean;
+  return v;
+}
+
 WorkLag CorrelateWorkAndLag(const NodeData& n) {
   std::set<TimeNs> ticks;
   for (const auto& r : n.ranks) {
@@ -424,37 +434,30 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
   const TimeNs newest = ticks.empty() ? 0 : *ticks.rbegin();
   for (TimeNs t : ticks) {
     std::vector<WindowWork> wide, before;
-    std::vector<double> lag, cpu;
     bool all_counted = true;
     for (const auto& r : n.ranks) {
       wide.push_back(WorkIn(r, t - 3 * kNsPerSec / 2, t));
       before.push_back(WorkIn(r, t - 3 * kNsPerSec / 2, t - kNsPerSec / 2));
       all_counted = all_counted && wide.back().measured;
-      auto it = r.lag.find(t);
-      lag.push_back(it == r.lag.end() ? 0 : it->second);
-      cpu.push_back(SumBetween(r.runnable, t - 3 * kNsPerSec / 2, t));
     }
-    const double mean_lag = Mean(lag), mean_cpu = Mean(cpu);
     if (all_counted) {
       std::vector<double> work;
       for (const auto& w : wide) work.push_back(w.blocks);
       const double med = Median(work);
       if (!(med > 0)) continue;  // nothing launched on the node this tick: no proxy
       if (const double cv = CoefficientOfVariation(work); std::isfinite(cv)) spreads.push_back(cv);
+      const auto lag = AgainstNodeMean(n, &RankData::lag, t - kNsPerSec / 2, t + kNsPerSec / 2);
+      const auto cpu = AgainstNodeMean(n, &RankData::runnable, t - 3 * kNsPerSec / 2, t);
       for (size_t i = 0; i < work.size(); ++i) {
         xs.push_back(work[i] / med);
-        ys.push_back(lag[i] - mean_lag);
-        zs.push_back(cpu[i] - mean_cpu);
+        ys.push_back(lag[i]);
+        zs.push_back(cpu[i]);
       }
       continue;
     }
     if (t + lateness_after - kNsPerSec > newest) continue;  // the ticks after it are not in yet
-    std::vector<double> lag_after, cpu_after;
-    for (const auto& r : n.ranks) {
-      lag_after.push_back(SumBetween(r.lag, t - kNsPerSec / 2, t + lateness_after));
-      cpu_after.push_back(SumBetween(r.runnable, t - 3 * kNsPerSec / 2, t + lateness_after));
-    }
-    const double mean_lag_after = Mean(lag_after), mean_cpu_after = Mean(cpu_after);
+    const auto lag = AgainstNodeMean(n, &RankData::lag, t - kNsPerSec / 2, t + lateness_after);
+    const auto cpu = AgainstNodeMean(n, &RankData::runnable, t - 3 * kNsPerSec / 2, t + lateness_after);
     // Ranks counted over the same tick (their on-slices in phase) can be compared with each
     // other, as the exact ticks are: each one's blocks per launch ÷ their median. That serves a
     // rank until it has a typical of its own (below).
@@ -462,14 +465,13 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
     for (size_t i = 0; i < n.ranks.size(); ++i) {
       if (before[i].measured && before[i].launches > 0) weight.push_back(before[i].blocks / before[i].launches);
     }
-    const bool together = weight.size() >= std::max(kMinRanksCountedTogether, (n.ranks.size() + 1) / 2);
-    const double median_weight = together ? Median(weight) : 0;
+    const double median_weight =
+        weight.size() >= std::max(kMinRanksCountedTogether, (n.ranks.size() + 1) / 2) ? Median(weight) : 0;
     for (size_t i = 0; i < n.ranks.size(); ++i) {
       const WindowWork& w = before[i];
       if (!w.measured || !(w.launches > 0)) continue;
       const double intensity = w.blocks / w.launches;
-      sampled.push_back({i, intensity, lag_after[i] - mean_lag_after, cpu_after[i] - mean_cpu_after,
-                         median_weight > 0 ? intensity / median_weight : std::nan("")});
+      sampled.push_back({i, intensity, lag[i], cpu[i], median_weight > 0 ? intensity / median_weight : std::nan("")});
     }
   }
   // Each duty-cycled rank against its own typical kernel weight (needs a few windows of its own).
