@@ -142,6 +142,16 @@ int DeadPort() {
   return port;
 }
 
+// Options for the discovery tests: proc root `proc`, a full rescan every `rescan` ticks, new
+// non-server pids read again on their next `grace` ticks.
+ServingOptions Discovery(const TempDir& proc, uint32_t rescan, uint32_t grace) {
+  ServingOptions options;
+  options.procfs = proc.path();
+  options.rescan_every_ticks = rescan;
+  options.exec_grace_ticks = grace;
+  return options;
+}
+
 // A collector created with `options`, initialised on `sink` and started; nullptr if either
 // step fails. The sink must outlive it.
 std::unique_ptr<ServingCollector> Started(const ServingOptions& options, FakeSink& sink) {
@@ -235,12 +245,8 @@ TEST(ServingCollector, OversizedBodyIsReported) {
 TEST(ServingCollector, CmdlineReadAgainOnlyOnRescan) {
   TempDir proc;
   proc.WriteFile("9/cmdline", Cmdline({"sleep", "100"}));
-  ServingOptions options;
-  options.procfs = proc.path();
-  options.rescan_every_ticks = 4;
-  options.exec_grace_ticks = 1;
   FakeSink sink;
-  auto collector = Started(options, sink);
+  auto collector = Started(Discovery(proc, 4, 1), sink);
   ASSERT_NE(collector, nullptr);
   ASSERT_TRUE(collector->Collect(1).has_value());  // tick 0: full scan, pid 9 is not a server
   ASSERT_TRUE(collector->Collect(2).has_value());  // tick 1: its one grace read, still not one
@@ -256,12 +262,8 @@ TEST(ServingCollector, CmdlineReadAgainOnlyOnRescan) {
 // cmdline. It is read again on its next exec_grace_ticks ticks, and not after.
 TEST(ServingCollector, PidCaughtBeforeItsExecIsReadAgain) {
   TempDir proc;
-  ServingOptions options;
-  options.procfs = proc.path();
-  options.rescan_every_ticks = 1000;
-  options.exec_grace_ticks = 2;
   FakeSink sink;
-  auto collector = Started(options, sink);
+  auto collector = Started(Discovery(proc, 1000, 2), sink);
   ASSERT_NE(collector, nullptr);
   ASSERT_TRUE(collector->Collect(1).has_value());
   const std::string launcher = Cmdline({"/usr/bin/python3", "launch.py", "--serve"});
@@ -281,11 +283,8 @@ TEST(ServingCollector, PidCaughtBeforeItsExecIsReadAgain) {
 
 TEST(ServingCollector, NewPidIsFoundOnTheNextTick) {
   TempDir proc;
-  ServingOptions options;
-  options.procfs = proc.path();
-  options.rescan_every_ticks = 1000;
   FakeSink sink;
-  auto collector = Started(options, sink);
+  auto collector = Started(Discovery(proc, 1000, ServingOptions{}.exec_grace_ticks), sink);
   ASSERT_NE(collector, nullptr);
   ASSERT_TRUE(collector->Collect(1).has_value());
   proc.WriteFile("11/cmdline", Cmdline({"text-generation-launcher", "--port", std::to_string(DeadPort()),
