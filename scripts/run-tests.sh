@@ -20,7 +20,8 @@ total_fail=0
 status=0
 table=()
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+lab_log=$(mktemp)
+trap 'rm -f "$log" "$lab_log"' EXIT
 
 for g in "${groups[@]}" other; do
   if [[ $g == other ]]; then
@@ -73,6 +74,7 @@ for g in "${groups[@]}" other; do
   fi
   table+=("$(printf '%-12s %8s s  %d passed, %d failed' "$g" "$secs" "$passed" "$failed")")
   echo "==> stage test:$g: $secs s ($verdict, $passed passed, $failed failed)"
+  [[ $g == lab ]] && cp "$log" "$lab_log"
 done
 
 # libFuzzer (fuzz/README.md): a second build with clang-19 + ASan, every target run for
@@ -100,6 +102,18 @@ fi
 echo
 echo "Test groups:"
 printf '  %s\n' "${table[@]}"
+# The lab's verbose log is long and a CI report keeps only its head and tail: what failed in
+# which world (scenario, seed, the signals and verdicts that were not ok) is repeated here.
+if grep -Eq '^([0-9]+: )?(FAIL|ERROR) ' "$lab_log"; then
+  echo
+  echo "Lab worlds that failed (rerun one: build/sim/ithbat-lab --quick --seed SEED scenarios/NAME.yaml):"
+  # A world's block runs from its FAIL/ERROR line to the blank line after it.
+  sed -E 's/^[0-9]+: //' "$lab_log" |
+    awk '/^(FAIL|ERROR) / { on = 1; print; next }
+         /^$/ { on = 0 }
+         on && (/^  error: / || /^  expected / || /^    why: / || /\[(NO|MISSED|LATE|EXTRA)\]/) { print }' |
+    awk '!seen[$0]++' | head -n 60 | cut -c1-400
+fi
 echo
 echo "tests: ${total_pass} passed, ${total_fail} failed"
 if [[ $((total_pass + total_fail)) -eq 0 ]]; then

@@ -165,6 +165,12 @@ DiagnosisCheck CheckDiagnoses(const World& world, const Evidence& evidence, cons
   for (size_t i = 0; i < c.diagnoses.size(); ++i) {
     if (!used[i]) c.extra.push_back(i);
   }
+  if (std::any_of(c.expected.begin(), c.expected.end(), [](const auto& e) { return !e.matched; })) {
+    investigate::InvestigateOptions traced;
+    traced.trace = &c.trace;
+    investigate::DiagnoseAsOf(evidence, world.started, end, traced);
+    ++c.replays;
+  }
   if (replay) {
     // The first instant each expectation had a matching diagnosis. A provisional expectation is
     // met first by a provisional diagnosis of its job's divergence: before the rerun, a recipe
@@ -231,6 +237,10 @@ std::string FormatDiagnosisCheck(const DiagnosisCheck& c) {
     }
     out += "\n";
   }
+  // Bounded: a fleet-sized world traces a line or two per node and job.
+  constexpr size_t kMaxTraceLines = 40;
+  for (size_t i = 0; i < c.trace.size() && i < kMaxTraceLines; ++i) out += fmt::format("    why: {}\n", c.trace[i]);
+  if (c.trace.size() > kMaxTraceLines) out += fmt::format("    why: ... {} more\n", c.trace.size() - kMaxTraceLines);
   for (size_t i : c.extra) {
     const Diagnosis& d = c.diagnoses[i];
     out += fmt::format("    [EXTRA] {} {} {} job {} resource {}: {}\n", d.id, VerdictName(d.verdict), CauseName(d.cause),

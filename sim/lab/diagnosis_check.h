@@ -38,6 +38,9 @@ struct DiagnosisCheck {
   std::vector<size_t> extra;              // diagnoses no expectation matched
   int replays = 0;
   double engine_seconds = 0;              // CPU time of the engine over all replays
+  // Where an expected diagnosis is missing: what the detectors measured at the end of the world
+  // (detect::DetectInput::trace), so that a miss in a CI log says why.
+  std::vector<std::string> trace;
   bool ok() const;
 };
 

@@ -130,6 +130,10 @@ LabResult RunOne(const LabOptions& options, const std::string& file, const std::
     argv.push_back("--magnitude");
     argv.push_back(fmt::format("{}", magnitude));
   }
+  if (options.probe_cost_ns > 0) {
+    argv.push_back("--probe-cost-ns");
+    argv.push_back(fmt::format("{}", options.probe_cost_ns));
+  }
   if (!options.ithbat_binary.empty()) {
     argv.push_back("--ithbat");
     argv.push_back(options.ithbat_binary);

@@ -29,6 +29,7 @@ struct LabOptions {
   // whose signals it showed, and the report ends with the confusion matrix (sweep.h).
   std::vector<double> sweep;
   bool require_diagnosis = false;  // a scenario passes only when the engine's diagnoses match too
+  double probe_cost_ns = 0;        // > 0: ithbat-sim --probe-cost-ns (the agents' cost per probe hit)
 };
 
 struct LabResult {

@@ -29,6 +29,10 @@ int main(int argc, char** argv) {
                "One JSON line per scenario, then one per diagnosis in schema v1 (docs/diagnoses.md)");
   app.add_flag("--require-diagnosis", options.require_diagnosis,
                "A scenario passes only when the diagnosis engine's verdicts match its expect block too");
+  app.add_option("--probe-cost-ns", options.probe_cost_ns,
+                 "The agents' cost per launch-probe hit instead of their calibration: reproduce a machine whose "
+                 "traps cost that (e.g. 1000: cheap traps, probes exact; the lab's 2-core VMs measure ~16000)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--keep", options.keep, "Keep the run directories of scenarios that passed (failed ones are kept)");
   app.add_option("--world", options.world_dir, "Check this finished run directory of FILE instead of running it");
   app.add_option("--magnitude", options.magnitude,

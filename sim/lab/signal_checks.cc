@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include <fmt/core.h>
@@ -56,17 +57,34 @@ std::vector<SignalResult> CheckWorldRan(const World& world, const Evidence& evid
   for (const auto& job : world.jobs) {
     SignalResult r{fmt::format("job {}: every rank's launches probed", job.id), true, "", std::nullopt};
     int seen = 0;
+    // How the launch probes ran (the straggler detector's work proxy differs between the two): the
+    // ranks' mean on-fraction under the overhead budget, and the cost per hit the agents measured
+    // (a machine whose traps are cheap runs its worlds' probes exact).
+    std::vector<double> on_fraction, hit_cost;
     for (const auto& rank : job.ranks) {
       double launches = 0;
-      for (const auto& v : evidence.Increase(rank.node, fmt::format("ithbat_probe_launches_total{{pid={}}}",
-                                                                    Quote(std::to_string(rank.pid))),
+      const std::string pid = Quote(std::to_string(rank.pid));
+      for (const auto& v : evidence.Increase(rank.node, fmt::format("ithbat_probe_launches_total{{pid={}}}", pid),
                                              job.started, JobEnd(world, job), Evidence::Birth::kZero)) {
         launches += v.value;
       }
       seen += launches > 0 ? 1 : 0;
+      for (const auto& v : evidence.Mean(rank.node, fmt::format("ithbat_probe_launch_on_fraction{{pid={}}}", pid),
+                                         job.started, JobEnd(world, job))) {
+        on_fraction.push_back(v.value);
+      }
     }
+    for (const auto& node : JobNodes(job)) {
+      for (const auto& v : evidence.Mean(node, "ithbat_probe_hit_cost_seconds", job.started, JobEnd(world, job))) {
+        hit_cost.push_back(v.value);
+      }
+    }
+    auto mean = [](const std::vector<double>& v) {
+      return v.empty() ? std::nan("") : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+    };
     r.ok = seen == static_cast<int>(job.ranks.size()) && !job.ranks.empty();
-    r.observed = fmt::format("{}/{} ranks", seen, job.ranks.size());
+    r.observed = fmt::format("{}/{} ranks; launch probes attached {:.0f}% of the time on average (cost per hit {:.1f} us)",
+                             seen, job.ranks.size(), 100 * mean(on_fraction), 1e6 * mean(hit_cost));
     out.push_back(std::move(r));
   }
   // Every inference server was discovered by its node's agent and scraped.

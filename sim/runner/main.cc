@@ -69,6 +69,10 @@ int main(int argc, char** argv) {
          "After the world ended, keep the agents up this many seconds (or until SIGINT/SIGTERM) with "
          "world.json complete (phase \"holding\"), for a checker to query")
       ->check(CLI::NonNegativeNumber);
+  run->add_option("--probe-cost-ns", ro.probe_cost_ns,
+                  "The agents' cost per launch-probe hit instead of their calibration on this machine (a machine "
+                  "whose traps cost that: its overhead budget duty-cycles the probes, or not)")
+      ->check(CLI::PositiveNumber);
   bool keep = true;
   run->add_flag("--keep", keep, "Keep the run directory (the default; the lab reads it)");
   std::string faketime;

@@ -433,6 +433,10 @@ class World {
                  "--data-dir",       dir.string(),
                  "--interval",       "1s",
                  "--log-format",     "json"};
+      if (o_.probe_cost_ns > 0) {
+        so.argv.push_back("--probe-cost-ns");
+        so.argv.push_back(fmt::format("{}", o_.probe_cost_ns));
+      }
       so.env = {{"ITHBAT_FAKE_STATE", nodes_[n]->state_path().string()}, {"ITHBAT_SIM_WORLD", root_.string()}};
       so.unset = {"ITHBAT_FAKE_*", "ITHBAT_SIM_*", "LD_PRELOAD", "FAKETIME*"};
       so.output = (dir / "agent.log").string();

@@ -41,6 +41,10 @@ struct RunOptions {
   double agent_wait_s = 120;  // bound on an agent's /healthz wait
   double grace_s = 5;         // SIGTERM → SIGKILL (launchers, burners)
   double agent_grace_s = 30;  // the same for agents: they flush their history to --data-dir
+  // > 0: the agents' cost per launch-probe hit (ithbat agent --probe-cost-ns) instead of their own
+  // calibration, which follows this machine's traps: the overhead budget then duty-cycles the
+  // probes the way a machine with that cost does (exact where traps are cheap).
+  double probe_cost_ns = 0;
   // Progress lines (default: stderr).
   std::function<void(std::string_view)> log;
 };

@@ -19,6 +19,10 @@ struct DetectInput {
   const std::vector<JobView>& jobs; // DiscoverJobs over [from, now]
   TimeNs from = 0;                  // the analysis window's start
   TimeNs now = 0;
+  // Optional: where a detector says what it measured and why it found nothing (or what it
+  // found), one line each, for whoever asks why a diagnosis is missing (the lab prints it under a
+  // missed verdict). Null in the live engine.
+  std::vector<std::string>* trace = nullptr;
 };
 
 using DetectorFn = std::vector<Finding> (*)(const DetectInput&);

@@ -186,7 +186,7 @@ std::vector<Diagnosis> DiagnoseAsOf(const detect::FleetView& view, TimeNs from, 
                                     const InvestigateOptions& options) {
   const detect::FleetView clamped = view.AsOf(now);
   const std::vector<detect::JobView> jobs = detect::DiscoverJobs(clamped, from, now);
-  const std::vector<Finding> findings = detect::RunDetectors(detect::DetectInput{clamped, jobs, from, now});
+  const std::vector<Finding> findings = detect::RunDetectors(detect::DetectInput{clamped, jobs, from, now, options.trace});
   return Diagnose(findings, clamped, jobs, now, options);
 }
 

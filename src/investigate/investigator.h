@@ -23,6 +23,7 @@ namespace ithbat::investigate {
 struct InvestigateOptions {
   double list_price_per_gpu_hour = 0;     // configuration; 0: the effective price is not computed
   TimeNs resolve_after = 120 * kNsPerSec;  // a diagnosis no finding supports for this long is resolved
+  std::vector<std::string>* trace = nullptr;  // DiagnoseAsOf: the detectors' trace (detect::DetectInput)
 };
 
 // Turns one round's findings into diagnoses, without memory (offline: a bundle, the lab).
