@@ -53,8 +53,9 @@ struct Shape {
   std::function<double(int, int)> attached;
   // The node's CPU pressure (PSI some avg10) in every tick (negative: no PSI series).
   double cpu_pressure = -1;
-  // The late rank's extra work is launched this many ticks before its late arrival.
-  int work_lead = 0;
+  // The late rank's extra work is launched this many ticks before its late arrival (its host runs
+  // ahead of its GPU by the launch queue, and enqueues the collective once the queue drains).
+  int work_lead = 2;
   // Ranks on the node (set `last` to match).
   int ranks = kRanks;
 };
@@ -181,6 +182,35 @@ TEST(Stragglers, RoamingWithoutExtraWorkIsNotDataImbalance) {
   Shape s;
   s.late_grid = s.other_grid;  // the late rank launched no more than the others: not its data
   EXPECT_FALSE(Has(Detect(s), Cause::kDataImbalance));
+}
+
+// Asked (DetectInput::trace), the detector says what it measured on each node, whether it found
+// something or not: the figures a missed verdict is explained by.
+TEST(Stragglers, SaysWhatItMeasuredWhenAsked) {
+  auto traced = [](const Shape& s) {
+    FleetView v = Build(s);
+    const TimeNs now = kT0 + (kTicks - 1) * kS;
+    const FleetView clamped = v.AsOf(now);
+    const auto jobs = DiscoverJobs(clamped, kMinTime, now);
+    std::vector<std::string> trace;
+    const auto found = DetectStragglers(DetectInput{clamped, jobs, kMinTime, now, &trace});
+    return std::make_pair(found, trace);
+  };
+  auto contains = [](const std::vector<std::string>& lines, std::string_view what) {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(what) != std::string::npos; });
+  };
+  const auto [found, trace] = traced(Shape{});
+  ASSERT_TRUE(Has(found, Cause::kDataImbalance)) << ::testing::PrintToString(trace);
+  EXPECT_TRUE(contains(trace, "last arrival roams")) << ::testing::PrintToString(trace);
+  EXPECT_TRUE(contains(trace, "work ~ lateness")) << ::testing::PrintToString(trace);
+  // Nothing found (the late rank launched no more than the others): the figures that fell short.
+  Shape even;
+  even.late_grid = even.other_grid;
+  const auto [none, why] = traced(even);
+  EXPECT_FALSE(Has(none, Cause::kDataImbalance));
+  EXPECT_TRUE(contains(why, "work ~ lateness")) << ::testing::PrintToString(why);
+  // Not asked: the same findings.
+  EXPECT_EQ(Detect(Shape{}).size(), found.size());
 }
 
 // Launch probes duty-cycled to the overhead budget: each rank counted one tick in three, out of
@@ -480,6 +510,20 @@ Shape HostStarved(double node_util) {
   // The rank that will be last is starved (GPU idle) in the tick before.
   s.util = [node_util, last = s.last](int r, int t) { return last(t + 1) == r && t % 3 == 0 ? 0.05 : node_util; };
   return s;
+}
+
+// One rank last a good share of the time, but neither persistent (under half) nor roaming (three
+// of eight ranks last): a host that starves the GPU of the rank about to be last is still a host
+// bottleneck (the host-jitter look-alike with its probes exact: its rank last at 47%).
+TEST(Stragglers, AStarvedLateRankNeitherPersistentNorRoamingIsAHostBottleneck) {
+  Shape s;
+  s.ranks = 8;
+  s.last = [](int t) { return t % 20 < 9 ? 2 : t % 20 < 15 ? 5 : 6; };  // 45%, 30%, 25%
+  s.late_grid = s.other_grid;
+  s.util = [last = s.last](int r, int t) { return last(t + 1) == r && t % 3 == 0 ? 0.05 : 0.9; };
+  auto f = Detect(s);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kHostBottleneck);
 }
 
 TEST(Stragglers, ALaunchStarvedLateRankIsAHostBottleneck) {

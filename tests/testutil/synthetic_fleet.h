@@ -67,7 +67,8 @@ class SyntheticFleet {
   }
   // A job ("77", 4 ranks, pids 100-103 on GPUs 0-3 of `node`) whose slowest rank rotates and
   // whose lateness follows its work — the stragglers detector's data_imbalance shape: rank t % 4
-  // arrives last in tick t, 0.4 s behind, having launched 1.5× the thread blocks. Ticks
+  // arrives last in tick t, 0.4 s behind, having launched kernels 1.5× as heavy (thread blocks)
+  // two ticks before (its host runs ahead of its GPU by the launch queue). Ticks
   // [0, ticks) from kT0, GPUs 0.8 busy at a steady clock with no thermal event.
   void RotatingStraggler(const std::string& node, int ticks) {
     constexpr int kRanks = 4;
@@ -79,7 +80,7 @@ class SyntheticFleet {
         const bool is_last = t % kRanks == r;
         l += is_last ? 1 : 0;
         lg += is_last ? 0.4 : 0;
-        g += is_last ? 1500 : 1000;
+        g += (t + 2) % kRanks == r ? 1500 : 1000;
         last[t] = l;
         lag[t] = lg;
         aligned[t] = t + 1;

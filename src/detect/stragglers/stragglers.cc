@@ -346,8 +346,15 @@ WindowWork WorkIn(const RankData& r, TimeNs from, TimeNs to) {
 // work and how late it enqueued at the tick's collectives (its arrival lag minus the node's mean).
 // A rank late because it had more to compute makes it positive; a rank late because its host
 // thread was delayed launches the same work late, and the correlation stays near zero.
-//  - A tick where every rank's launches were counted over the tick and the one before (the work
-//    precedes the arrival): the rank's thread blocks ÷ the node's median rank's that tick.
+//  - A tick where every rank's launches were counted over the two ticks before (exact probes, or
+//    on-slices in phase): the rank's thread blocks per launch there ÷ the node's median rank's.
+//    Per launch, because how many launches a host got through in a tick is its own pace, not its
+//    GPU's work; the two ticks before, because the launch queue defers a heavy step's effect on
+//    the host's enqueue by a step or two. On three case01 worlds with the probes exact (a sweep of
+//    the work's and the lateness's windows, per node at the end of the run): thread blocks over
+//    the tick and the one before against the tick's own lateness (what this was before) 0.06–0.27,
+//    one world under 0.2 on both nodes (no verdict: the CI runs that never gave one); blocks per
+//    launch over the two ticks before against the lateness of the tick and the next 0.17–0.32.
 //  - Otherwise (launch probes duty-cycled to the overhead budget: each rank counted for a slice
 //    of every period, out of phase with its peers, the rest extrapolated at a constant rate that
 //    says nothing of a step), each rank that was counted over the tick before (its delta there):
@@ -357,8 +364,8 @@ WindowWork WorkIn(const RankData& r, TimeNs from, TimeNs to) {
 //    on-slices the correlation was 0.16 and 0.02 against the same tick's work, 0.34 and 0.24
 //    against the tick before, 0.31 and 0.32 against the one before that. Extrapolated ticks never
 //    count: there they outnumbered the counted ones four to one and held the correlation (of
-//    every tick, as if exact) at 0.10–0.12. Its lateness there is over the tick and the next
-//    (kLatenessTicks; the exact ticks keep the tick's own, where their figures were measured).
+//    every tick, as if exact) at 0.10–0.12. Its lateness is over the tick and the next
+//    (kLatenessTicks), as for the ticks above.
 //    Until a rank has a typical of its own, a window in which enough of the node's ranks were
 //    counted together (kMinRanksCountedTogether) compares it with their median that tick.
 struct WorkLag {
@@ -433,21 +440,24 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
   const TimeNs lateness_after = (2 * kLatenessTicks - 1) * kNsPerSec / 2;
   const TimeNs newest = ticks.empty() ? 0 : *ticks.rbegin();
   for (TimeNs t : ticks) {
-    std::vector<WindowWork> wide, before;
+    if (t + lateness_after - kNsPerSec > newest) continue;  // the ticks after it are not in yet
+    std::vector<WindowWork> prior, before;
     bool all_counted = true;
     for (const auto& r : n.ranks) {
-      wide.push_back(WorkIn(r, t - 3 * kNsPerSec / 2, t));
+      prior.push_back(WorkIn(r, t - 5 * kNsPerSec / 2, t - kNsPerSec / 2));
       before.push_back(WorkIn(r, t - 3 * kNsPerSec / 2, t - kNsPerSec / 2));
-      all_counted = all_counted && wide.back().measured;
+      all_counted = all_counted && prior.back().measured;
     }
+    const auto lag = AgainstNodeMean(n, &RankData::lag, t - kNsPerSec / 2, t + lateness_after);
+    const auto cpu = AgainstNodeMean(n, &RankData::runnable, t - 3 * kNsPerSec / 2, t + lateness_after);
     if (all_counted) {
+      // Every rank counted over the two ticks before: its kernels' weight there against the
+      // node's median rank's.
       std::vector<double> work;
-      for (const auto& w : wide) work.push_back(w.blocks);
+      for (const auto& w : prior) work.push_back(w.launches > 0 ? w.blocks / w.launches : 0);
       const double med = Median(work);
-      if (!(med > 0)) continue;  // nothing launched on the node this tick: no proxy
+      if (!(med > 0)) continue;  // nothing launched on the node: no proxy
       if (const double cv = CoefficientOfVariation(work); std::isfinite(cv)) spreads.push_back(cv);
-      const auto lag = AgainstNodeMean(n, &RankData::lag, t - kNsPerSec / 2, t + kNsPerSec / 2);
-      const auto cpu = AgainstNodeMean(n, &RankData::runnable, t - 3 * kNsPerSec / 2, t);
       for (size_t i = 0; i < work.size(); ++i) {
         xs.push_back(work[i] / med);
         ys.push_back(lag[i]);
@@ -455,9 +465,6 @@ WorkLag CorrelateWorkAndLag(const NodeData& n) {
       }
       continue;
     }
-    if (t + lateness_after - kNsPerSec > newest) continue;  // the ticks after it are not in yet
-    const auto lag = AgainstNodeMean(n, &RankData::lag, t - kNsPerSec / 2, t + lateness_after);
-    const auto cpu = AgainstNodeMean(n, &RankData::runnable, t - 3 * kNsPerSec / 2, t + lateness_after);
     // Ranks counted over the same tick (their on-slices in phase) can be compared with each
     // other, as the exact ticks are: each one's blocks per launch ÷ their median. That serves a
     // rank until it has a typical of its own (below).
@@ -713,7 +720,19 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
     for (const auto& node : job.Nodes()) {
       NodeData n = LoadNode(in.view, job, node, from, to);
       NodeVerdict v = Classify(n);
-      if (v.kind == NodeVerdict::kNone || v.wait_share < kMinWaitShare) continue;
+      if (in.trace != nullptr && n.aligned > 0) {
+        in.trace->push_back(fmt::format(
+            "stragglers: job {} node {}: {} aligned collectives, {} ranks; last arrival {} (top rank {:.0f}%, {} "
+            "ranks at least half a fair share); the ranks waited {:.1f}% of their time",
+            job.id, node, n.aligned, n.ranks.size(),
+            v.kind == NodeVerdict::kPersistent ? "persistent" : v.kind == NodeVerdict::kRoaming ? "roams" : "neither persistent nor roaming",
+            100 * v.top_share, v.spread, 100 * v.wait_share));
+      }
+      // A last rank neither persistent nor roaming (one rank last a good share of the time, but
+      // under kPersistentLastShare) is still checked for a host that starves its GPU: that
+      // evidence does not need the rotation's shape (the host-jitter look-alike with its probes
+      // exact: the jittery rank last at 47% of 66 collectives).
+      if (v.wait_share < kMinWaitShare) continue;  // (0 where too few collectives were aligned)
       const std::string wait_note = fmt::format(
           "{}: the ranks waited {:.1f}% of their time for the last local rank ({:.1f} s over {:.0f} "
           "rank-seconds, {:.0f} aligned collectives)",
@@ -955,6 +974,13 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
       if (v.kind != NodeVerdict::kRoaming) continue;
       const WorkLag wl = CorrelateWorkAndLag(n);
       Roaming candidate{node, n.ranks.size(), n.total_last, n.lag, n.rank_seconds, v, wl, mean_util, st.samples};
+      if (in.trace != nullptr) {
+        in.trace->push_back(fmt::format(
+            "stragglers: job {} node {}: work ~ lateness {:.2f} (needs {:.2f}; raw {:.2f}, CPU waits ~ lateness "
+            "{:.2f}) over {} points ({} duty-cycled, needs {}); work spread {:.3f} (needs {:.2f}); {} starved samples",
+            job.id, node, wl.correlation, RequiredWorkLagCorrelation(wl.points), wl.raw, wl.cpu, wl.points,
+            wl.sampled_points, kMinWorkLagPoints, wl.spread, kMinWorkSpread, st.samples));
+      }
       // The work hardly differing (spread) is not what they wait for either.
       if (wl.points >= kMinWorkLagPoints && wl.correlation >= RequiredWorkLagCorrelation(wl.points) &&
           wl.spread >= kMinWorkSpread) {
@@ -1046,6 +1072,12 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
           return Median(v);
         };
         const double sync_free = median_sync(free_running), sync_hot = median_sync(hot);
+        if (in.trace != nullptr) {
+          in.trace->push_back(fmt::format(
+              "stragglers: job {}: {} hot GPU(s) against {} free-running; ranks blocked in CUDA syncs (median) "
+              "{:.0f}% on the free-running, {:.0f}% on the hot ones (needs a gap of {:.0f} points)",
+              job.id, hot.size(), free_running.size(), 100 * sync_free, 100 * sync_hot, 100 * kHotGpuWaitGap));
+        }
         if (std::isfinite(sync_free) && std::isfinite(sync_hot) && sync_free - sync_hot >= kHotGpuWaitGap) {
           Finding f;
           f.verdict = Verdict::kInfrastructure;

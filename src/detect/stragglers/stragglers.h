@@ -12,8 +12,9 @@
 //  - roaming, the late ranks' GPUs busy (not launch-starved) and their lateness following the
 //    per-rank work proxy (thread blocks launched) → job: data_imbalance;
 //  - roaming — or persistent with none of the reasons below (a host that starves one rank's GPU
-//    for a while keeps it last for as long) — the late rank's GPU starved of launches while its
-//    peers are busy → job: host_bottleneck;
+//    for a while keeps it last for as long), or neither (one rank last a good share of the time,
+//    under kPersistentLastShare) — the late rank's GPU starved of launches while its peers are
+//    busy → job: host_bottleneck;
 //  - persistent, clock fine, but that GPU's NVLink errors grew while its peers' did not →
 //    infrastructure: nvlink; its PCIe link downtrained (generation or width below the maximum)
 //    while its peers' are not → infrastructure: gpu_hardware;
@@ -89,15 +90,18 @@ inline constexpr double kHostBoundMinUtil = 0.6;
 // save's cost belongs to the stalls detector.
 inline constexpr double kSaveIoSeconds = 0.05;
 // data_imbalance's work proxy: on the node, the rank correlation (Spearman) between a rank's work
-// in a tick (thread blocks launched, ÷ the node's median rank) and how late it enqueued at the
-// tick's collectives is at least this, over at least kMinWorkLagPoints rank-ticks. Ranks, not raw
+// before a tick (its kernels' weight, thread blocks per launch, against its peers' or its own
+// typical: stragglers.cc, CorrelateWorkAndLag) and how late it enqueued at the collectives of the
+// tick and the next is at least this, over at least kMinWorkLagPoints rank-ticks. Ranks, not raw
 // values: a rank stalled by its host now and then arrives seconds late, and a few such outliers
 // decided the Pearson coefficient (which lost the throttle-and-imbalance look-alike's imbalance
 // at the end of a loaded CI run). Measured in the simulator (Pearson, then Spearman on the same
 // worlds): sequence-length imbalance 0.25–0.42, 0.36–0.48; a host-jitter straggler 0.04–0.08,
 // 0.03–0.08; healthy and other runs −0.19–0.16 (Pearson; no kept world of them fires with
-// Spearman). Those were exact-probe figures; under the duty cycle, on the ticks each rank was
-// counted in (kMeasuredShare), case01 gives 0.24–0.56.
+// Spearman). Those were exact-probe figures of an earlier simulator; under the duty cycle, on the
+// ticks each rank was counted in (kMeasuredShare), case01 gives 0.24–0.56; with the probes exact
+// (ithbat-lab --probe-cost-ns 1000; three worlds, plain rank correlations of a sweep) 0.17–0.32
+// per node, each world above 0.2 on one node at least (verdicts at 22–23 steps of 30).
 inline constexpr double kWorkLagCorrelation = 0.2;
 // A rank's lateness at a tick is its arrival lag summed over that tick and the next
 // (kLatenessTicks of them), against its work in the tick before. A host runs ahead of its GPU by
@@ -106,7 +110,7 @@ inline constexpr double kWorkLagCorrelation = 0.2;
 // step boundaries fall anywhere in a tick). Measured on three duty-cycled case01 worlds,
 // per node, at the end of the 100 s run: lateness of one tick 0.21/0.18, 0.36/0.50, 0.37/0.50
 // (the first is the seed of a CI run that never gave the verdict); of two ticks 0.35/0.32,
-// 0.40/0.42, 0.43/0.42.
+// 0.40/0.42, 0.43/0.42. Exact ticks likewise (stragglers.cc).
 inline constexpr int kLatenessTicks = 2;
 inline constexpr size_t kMinWorkLagPoints = 20;
 // ... and significant for its number of points: at least kWorkLagSignificance standard errors of
