@@ -33,7 +33,9 @@ void AddSeries(store::Store& s, const std::string& metric, MetricType type,
   for (int t = 0; t < ticks; ++t) (void)s.Append(*ref, kT0 + t * kNsPerSec, value(t));
 }
 
-// One node, 8 ranks of a job whose slowest rank rotates, ticks seconds of it.
+// One node, 8 ranks of a job whose slowest rank rotates, ticks seconds of it; the late rank's
+// heavier kernels are launched two ticks before it arrives last (its host runs ahead of its GPU
+// by the launch queue: what the stragglers detector's work proxy expects).
 std::unique_ptr<store::Store> Node(int ticks) {
   store::StoreOptions o;
   o.retention = 7 * 24 * 3600 * kNsPerSec;
@@ -49,7 +51,7 @@ std::unique_ptr<store::Store> Node(int ticks) {
               [&](int t) { return 0.4 * last(t); });
     AddSeries(*s, "ithbat_probe_nccl_aligned_total", MetricType::kCounter, lab, ticks, [](int t) { return t; });
     AddSeries(*s, "ithbat_probe_grid_blocks_total", MetricType::kCounter, lab, ticks,
-              [&](int t) { return 1000.0 * t + 500 * last(t); });
+              [&](int t) { return 1000.0 * t + 500 * last(t + 2); });
     auto launch = lab;
     launch.emplace_back("api", "cuLaunchKernel");
     AddSeries(*s, "ithbat_probe_launches_total", MetricType::kCounter, launch, ticks, [](int t) { return 100.0 * t; });
