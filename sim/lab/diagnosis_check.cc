@@ -142,7 +142,11 @@ DiagnosisCheck CheckDiagnoses(const World& world, const Evidence& evidence, cons
   const double cpu0 = CpuSeconds();
   const TimeNs end = world.ended;
   const JobMap jobs = MapJobs(world, evidence);
-  c.diagnoses = EngineAsOf(evidence, world.started, end);
+  // The end round with the detectors' trace on (a few lines per node): kept only where an
+  // expected diagnosis is missing, to say why.
+  investigate::InvestigateOptions traced;
+  traced.trace = &c.trace;
+  c.diagnoses = investigate::DiagnoseAsOf(evidence, world.started, end, traced);
   ++c.replays;
   std::vector<bool> used(c.diagnoses.size(), false);
   for (const auto& f : expect.findings) {
@@ -165,11 +169,8 @@ DiagnosisCheck CheckDiagnoses(const World& world, const Evidence& evidence, cons
   for (size_t i = 0; i < c.diagnoses.size(); ++i) {
     if (!used[i]) c.extra.push_back(i);
   }
-  if (std::any_of(c.expected.begin(), c.expected.end(), [](const auto& e) { return !e.matched; })) {
-    investigate::InvestigateOptions traced;
-    traced.trace = &c.trace;
-    investigate::DiagnoseAsOf(evidence, world.started, end, traced);
-    ++c.replays;
+  if (std::all_of(c.expected.begin(), c.expected.end(), [](const auto& e) { return e.matched.has_value(); })) {
+    c.trace.clear();
   }
   if (replay) {
     // The first instant each expectation had a matching diagnosis. A provisional expectation is
