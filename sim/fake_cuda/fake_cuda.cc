@@ -80,8 +80,17 @@ constexpr uint32_t kEventMagic = 0x43455654;   // "CEVT"
 constexpr uint32_t kModuleMagic = 0x434d4f44;  // "CMOD"
 constexpr uint32_t kFuncMagic = 0x43465543;    // "CFUC"
 constexpr uint32_t kQueueDepth = ITHBAT_FAKE_CUDA_QUEUE_DEPTH;
-constexpr int64_t kLazySleepNs = 1'000'000;       // engine step while nobody waits (completions late, unseen)
-constexpr int64_t kPollNs = 200'000;              // how often external work is polled while waiting
+constexpr uint32_t kQueueRefill = 32;            // a blocked launch returns when this many slots are free
+// The engine thread's step while work is pending: completions nobody waits for are noticed this
+// late (busy intervals are written up to kMaxIntervalNs late anyway, and waiters advance the
+// engine themselves at the time they predict). 1 ms made it the busiest thread of a rank.
+constexpr int64_t kLazySleepNs = 4'000'000;
+// External work (an NCCL collective waiting for its peers) is polled first after kPollNs, then
+// twice as long after each miss up to kPollMaxNs: the item's start is the time its peers were
+// ready whenever the poll notices it, so this bounds only how late the host sees it end, and a
+// 30 ms wait for a late peer costs ~35 wake-ups instead of 150.
+constexpr int64_t kPollNs = 200'000;
+constexpr int64_t kPollMaxNs = 1'000'000;
 constexpr int64_t kMergeGapNs = 1'000'000;        // busy stretches closer than this become one interval
 constexpr int64_t kMaxIntervalNs = 50'000'000;    // ... at most this long (4096 of them ≈ 200 s)
 constexpr int64_t kPartialFlushNs = 50'000'000;   // long-running work is written while it runs
@@ -105,6 +114,8 @@ struct Item {
   int64_t start_ns = 0;
   int64_t end_ns = 0;
   int64_t timeline_from_ns = 0;  // busy time written up to here
+  int64_t poll_ns = 0;           // external: the next poll's spacing (kPollNs doubling to kPollMaxNs)
+  int64_t next_poll_ns = 0;      // external: not polled again before this
   float sm = 0, tensor = 0, dram = 0;
   CUevent_st* event = nullptr;  // marker: the recorded event; wait: the awaited one
   uint64_t event_gen = 0;
@@ -172,6 +183,9 @@ struct CUevent_st {
   uint64_t recorded_gen = 0;
   uint64_t completed_gen = 0;
   int64_t completed_ns = 0;
+  // Where the latest recorded marker is (a synchronising waiter predicts when it completes).
+  std::weak_ptr<CUstream_st> marker_stream;
+  uint64_t marker_position = 0;
 };
 // NOLINTEND(readability-identifier-naming)
 
@@ -323,9 +337,17 @@ bool TryStart(CUstream_st* s, Item& it, int64_t now, int64_t* next) {
         if (it.ext.on_reach != nullptr) it.ext.on_reach(it.ext.ctx, base);
       }
       int64_t ready = base;
-      if (it.ext.poll != nullptr && it.ext.poll(it.ext.ctx, &ready) == 0) {
-        *next = std::min(*next, now + kPollNs);
-        return false;
+      if (it.ext.poll != nullptr) {
+        if (now < it.next_poll_ns) {
+          *next = std::min(*next, it.next_poll_ns);
+          return false;
+        }
+        if (it.ext.poll(it.ext.ctx, &ready) == 0) {
+          it.poll_ns = it.poll_ns == 0 ? kPollNs : std::min(2 * it.poll_ns, kPollMaxNs);
+          it.next_poll_ns = now + it.poll_ns;
+          *next = std::min(*next, it.next_poll_ns);
+          return false;
+        }
       }
       it.start_ns = std::max(base, ready);
       it.started = true;
@@ -440,28 +462,101 @@ void EngineLoop() {
   }
 }
 
-// Blocks until `pred` holds. The waiting thread advances the engine itself, sleeping until the
-// next completion is due (or a notification): one thread wake-up per step, not two, which keeps
-// a sync's overshoot small on a loaded machine. The engine thread does the same for nobody.
-template <class Pred>
-void HelpUntil(std::unique_lock<std::mutex>& lock, Pred pred) {
+// When stream `s` will have completed its first `position` items, as far as that is decided now.
+// Kernels, copies and markers run back to back for a fixed time once the item before them ends,
+// so a chain of them is known to the nanosecond; a wait on an event that has not completed, or
+// external work (an NCCL collective waiting for its peers), is not: then `exact` is false and
+// `at` is when the stream reaches that item.
+struct Due {
+  int64_t at = 0;
+  bool exact = false;
+};
+Due PredictCompletion(const CUstream_st* s, uint64_t position, int depth = 0) {
+  int64_t t = s->last_end_ns;
+  uint64_t pos = s->completed;
+  for (const Item& it : s->items) {
+    if (pos >= position) break;
+    ++pos;
+    if (it.started) {
+      t = it.end_ns;
+      continue;
+    }
+    const int64_t base = std::max(t, it.enqueue_ns);
+    switch (it.kind) {
+      case ItemKind::kKernel:
+      case ItemKind::kCopy:
+      case ItemKind::kMarker:
+        t = base + it.duration_ns;
+        break;
+      case ItemKind::kWait: {
+        int64_t ready = it.event->completed_ns;
+        if (it.event->completed_gen < it.event_gen) {
+          // Its marker is on another stream (the optimizer waiting for the reduced gradients):
+          // predict that one, a few levels deep at most (a cycle cannot form, but a bound is cheap).
+          const StreamPtr marker = it.event->marker_stream.lock();
+          if (depth >= 3 || !marker || marker.get() == s || it.event->recorded_gen != it.event_gen) return {base, false};
+          const Due d = PredictCompletion(marker.get(), it.event->marker_position, depth + 1);
+          if (!d.exact) return {std::max(base, d.at), false};
+          ready = d.at;
+        }
+        t = std::max(base, ready) + it.duration_ns;
+        break;
+      }
+      case ItemKind::kExternal:
+        return {base, false};
+    }
+  }
+  return {t, true};
+}
+
+// Blocks until `pred` holds. The waiting thread advances the engine itself. It sleeps until
+// `due()` says the awaited work ends (one wake-up for a whole chain of kernels: a sync after a
+// step of 2,000 kernels used to wake at every kernel's end, which on a 2-core machine running 16
+// ranks was most of the simulator's CPU), or, while that depends on something not yet decided,
+// until the next completion or poll is due; a notification (another thread's progress) wakes it
+// early to look again. Simulated times do not depend on when anyone wakes: an item starts when
+// the one before it ended, whenever that is noticed.
+template <class Pred, class DueFn>
+void HelpUntil(std::unique_lock<std::mutex>& lock, Pred pred, DueFn due) {
   while (!pred()) {
     const int64_t now = NowNs();
     int64_t next = INT64_MAX;
     if (Advance(now, &next)) g->done_cv.notify_all();
     if (pred()) break;
+    int64_t wake = next;
+    if (const Due d = due(); d.exact || d.at > now) wake = d.at;
     // next is finite whenever work is pending; the bound only guards against a missed case.
-    const int64_t sleep_ns = next == INT64_MAX ? kLazySleepNs : std::max<int64_t>(next - now, 1000);
+    const int64_t sleep_ns = wake == INT64_MAX ? kLazySleepNs : std::max<int64_t>(wake - now, 1000);
     g->done_cv.wait_for(lock, std::chrono::nanoseconds(sleep_ns));
   }
 }
 
-template <class Pred>
-void WaitDone(std::unique_lock<std::mutex>& lock, Pred pred) {
+// No prediction: wake at every completion or poll (a wait on several streams).
+Due NoDue() { return {0, false}; }
+
+// The last of several streams' completions: exact when every chain is.
+Due PredictAll(const std::vector<std::pair<StreamPtr, uint64_t>>& waits) {
+  Due all{0, true};
+  for (const auto& [stream, position] : waits) {
+    if (stream->completed >= position) continue;
+    const Due d = PredictCompletion(stream.get(), position);
+    if (!d.exact) return {d.at, false};
+    all.at = std::max(all.at, d.at);
+  }
+  return all;
+}
+
+template <class Pred, class DueFn>
+void WaitDone(std::unique_lock<std::mutex>& lock, Pred pred, DueFn due) {
   if (pred()) return;
   ++g->stats.syncs_waiting;
-  HelpUntil(lock, pred);
+  HelpUntil(lock, pred, due);
   --g->stats.syncs_waiting;
+}
+
+// Until `s` has completed `position` items.
+void WaitStream(std::unique_lock<std::mutex>& lock, const StreamPtr& s, uint64_t position) {
+  WaitDone(lock, [&] { return s->completed >= position; }, [&] { return PredictCompletion(s.get(), position); });
 }
 
 // Queues an item on `s`, blocking while the device's queue is full. Returns the item's position
@@ -471,7 +566,16 @@ uint64_t Push(std::unique_lock<std::mutex>& lock, CUstream_st* s, Item&& it) {
   if (d.pending >= kQueueDepth) {
     ++g->stats.launches_blocked_total;
     ++g->stats.launches_blocked;
-    HelpUntil(lock, [&] { return d.pending < kQueueDepth; });
+    // Blocked until kQueueRefill slots are free, not one: the launcher then pushes that many at
+    // once instead of waking at every kernel's end (the driver also frees push-buffer space as
+    // the GPU's get pointer moves over many entries, not per kernel).
+    const uint32_t low = kQueueDepth - kQueueRefill;
+    HelpUntil(
+        lock, [&] { return d.pending <= low; },
+        [&] {
+          const uint64_t need = d.pending - low;  // completions still to come (this stream first)
+          return s->items.size() >= need ? PredictCompletion(s, s->completed + need) : NoDue();
+        });
     --g->stats.launches_blocked;
   }
   it.enqueue_ns = NowNs();
@@ -655,8 +759,7 @@ CUresult StreamSyncImpl(CUstream h, bool per_thread) {
   CUstream_st* s = nullptr;
   if (CUresult r = ResolveStream(h, per_thread, &s); r != CUDA_SUCCESS) return r;
   StreamPtr keep = s->self.lock();
-  const uint64_t target = s->enqueued;
-  WaitDone(lock, [&] { return keep->completed >= target; });
+  WaitStream(lock, keep, s->enqueued);
   return CUDA_SUCCESS;
 }
 
@@ -693,7 +796,8 @@ CUresult EventRecordImpl(CUevent e, CUstream h, bool per_thread) {
   it.event = e;
   it.event_gen = ++e->recorded_gen;
   ++e->refs;
-  Push(lock, s, std::move(it));
+  e->marker_position = Push(lock, s, std::move(it));
+  e->marker_stream = s->self;
   return CUDA_SUCCESS;
 }
 
@@ -765,8 +869,7 @@ CUresult CopyImpl(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream h, bo
   it.duration_ns = CopyNs(bytes, dst_device && src_device);
   const uint64_t position = Push(lock, s, std::move(it));
   if (blocking) {
-    StreamPtr keep = s->self.lock();
-    WaitDone(lock, [&] { return keep->completed >= position; });
+    WaitStream(lock, s->self.lock(), position);
   }
   return CUDA_SUCCESS;
 }
@@ -1138,9 +1241,12 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
   for (auto& s : g->active) {
     if (s->ctx == ctx) waits.emplace_back(s, s->enqueued);
   }
-  WaitDone(lock, [&] {
-    return std::all_of(waits.begin(), waits.end(), [](auto& w) { return w.first->completed >= w.second; });
-  });
+  WaitDone(
+      lock,
+      [&] {
+        return std::all_of(waits.begin(), waits.end(), [](auto& w) { return w.first->completed >= w.second; });
+      },
+      [&] { return PredictAll(waits); });
   ctx->destroyed = true;
   for (auto& [raw, s] : g->streams) {
     if (s->ctx == ctx) s->destroyed = true;
@@ -1201,9 +1307,12 @@ static CUresult CtxSyncImpl(CUcontext ctx) {
   for (auto& s : g->active) {
     if (s->ctx == ctx) waits.emplace_back(s, s->enqueued);
   }
-  WaitDone(lock, [&] {
-    return std::all_of(waits.begin(), waits.end(), [](auto& w) { return w.first->completed >= w.second; });
-  });
+  WaitDone(
+      lock,
+      [&] {
+        return std::all_of(waits.begin(), waits.end(), [](auto& w) { return w.first->completed >= w.second; });
+      },
+      [&] { return PredictAll(waits); });
   return CUDA_SUCCESS;
 }
 
@@ -1303,7 +1412,10 @@ CUresult cuEventSynchronize(CUevent hEvent) {
   if (!ValidEvent(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
   const uint64_t gen = hEvent->recorded_gen;
   ++hEvent->refs;
-  WaitDone(lock, [&] { return hEvent->completed_gen >= gen; });
+  const StreamPtr marker = hEvent->marker_stream.lock();
+  const uint64_t position = hEvent->marker_position;
+  WaitDone(lock, [&] { return hEvent->completed_gen >= gen; },
+           [&] { return marker ? PredictCompletion(marker.get(), position) : NoDue(); });
   Release(hEvent);
   return CUDA_SUCCESS;
 }
