@@ -148,6 +148,7 @@ void VisitFields(V& v, JobT<A>& a, JobT<B>& b) {
   v.Int("gpus_per_node", a.gpus_per_node, b.gpus_per_node, {1, 16});
   v.Ints("gpu_indices", a.gpu_indices, b.gpu_indices, {0, 15});
   v.Num("start_s", a.start_s, b.start_s, kNonNeg);
+  v.Name("after", a.after, b.after, false);
   v.Num("startup_s", a.startup_s, b.startup_s, {0, 3600});
   v.Num("steps", a.steps, b.steps, {1, 1e12, true});
   v.Obj("log", a.log, b.log, false);

@@ -839,6 +839,23 @@ class Checker {
       }
       if (static_cast<double>(r.step) >= j.steps.Lower()) Add(p + ".resume_from.step", "the job would have no steps left after resuming");
     }
+    if (!j.after.empty()) {
+      const auto* before = JobRef(j.after);
+      if (before == nullptr) {
+        Add(p + ".after", fmt::format("no job '{}'", j.after));
+      } else if (before == &j) {
+        Add(p + ".after", "a job cannot start after itself");
+      } else {
+        // A chain of `after` must end: a cycle would hold every job in it for ever.
+        std::set<std::string> seen{j.id};
+        for (const auto* k = before; k != nullptr && !k->after.empty(); k = JobRef(k->after)) {
+          if (!seen.insert(k->id).second) {
+            Add(p + ".after", fmt::format("job '{}' waits for itself through '{}'", j.id, j.after));
+            break;
+          }
+        }
+      }
+    }
     if (j.rerun_of) {
       const auto& r = *j.rerun_of;
       const auto* orig = JobRef(r.job);

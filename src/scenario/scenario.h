@@ -242,6 +242,10 @@ struct JobT {
   int64_t gpus_per_node = 8;
   std::vector<int64_t> gpu_indices;     // empty = 0 .. gpus_per_node-1
   P<double> start_s = 0.0;
+  // Another job this one starts after: not before that job has ended, whatever start_s says (a
+  // rerun that confirms a failed run follows it). "" = none. On a machine slower than the world's
+  // pace this keeps the script's order, where start_s alone would run the two side by side.
+  std::string after;
   // From launch to the first collective: model build and weight loading. The processes hold
   // their GPUs (NVML lists them) but have not made their NCCL communicators yet.
   P<double> startup_s = 10.0;

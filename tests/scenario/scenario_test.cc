@@ -168,6 +168,23 @@ TEST(ScenarioFiles, CaseFilesSayWhatTheBriefSays) {
   EXPECT_EQ(rerun.loss.model, LossModel::kDriftExplode);
 }
 
+// `after` (added to v1 on 2026-12-06): another job this one follows, which must exist, not be
+// itself, and not lead back to it.
+TEST(ScenarioParse, AfterNamesAnotherJobWithoutACycle) {
+  const std::string two = Replace(kBase, "timeline:", "  - {id: rerun, nodes: [n2], steps: 100, after: train}\ntimeline:");
+  auto s = ParseScenario(two);
+  ASSERT_TRUE(s) << s.error().ToString();
+  EXPECT_EQ(s->jobs[1].after, "train");
+  EXPECT_EQ(s->jobs[0].after, "");
+  auto none = ParseScenarioText(Replace(two, "after: train", "after: nobody"));
+  EXPECT_THAT(IssueAt(none, "jobs[1].after").message, HasSubstr("no job 'nobody'"));
+  auto self = ParseScenarioText(Replace(two, "after: train", "after: rerun"));
+  EXPECT_THAT(IssueAt(self, "jobs[1].after").message, HasSubstr("cannot start after itself"));
+  auto cycle = ParseScenarioText(
+      Replace(two, "loss: {model: decay, initial: [9, 11]}", "loss: {model: decay, initial: [9, 11]}\n    after: rerun"));
+  EXPECT_THAT(IssueAt(cycle, "jobs[0].after").message, HasSubstr("waits for itself"));
+}
+
 TEST(ScenarioParse, RerunInheritsTheRecipe) {
   std::string text = Replace(kBase, "timeline:", "  - {id: rerun, nodes: [n2], steps: 100, rerun_of: {job: train}}\ntimeline:");
   auto s = ParseScenario(text);
