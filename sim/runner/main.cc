@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
   auto* seed_opt = run->add_option("--seed", seed,
                                    "Seed for the scenario's ranges (default: the file's, else a fresh one)");
   run->add_flag("--quick", ro.quick, "The smaller CI configuration (quick.* values)");
+  run->add_option("--slowdown", ro.slowdown,
+                  "Run the world this many times slower than its time compression asks (a machine too slow for it)")
+      ->check(CLI::Range(1.0, 100.0));
   run->add_option("--magnitude", ro.magnitude,
                   "Scale the timeline's graded faults: 0 none, 1 as written (docs/scenarios.md, \"Fault magnitude\")")
       ->check(CLI::Range(0.0, ithbat::scenario::kMaxMagnitude));
@@ -63,6 +66,14 @@ int main(int argc, char** argv) {
   run->add_option("--duration-s", ro.duration_s,
                   "Stop after this many REAL seconds (default: the scenario's duration / time compression)")
       ->check(CLI::PositiveNumber);
+  std::vector<std::string> until;
+  run->add_option("--until", until,
+                  "A story milestone the world must reach before it ends (past its duration, up to the cap): "
+                  "job=ID,step=N | event=ID,job=J,steps=N | event=ID,job=J,saves=N | event=ID,seconds=S | seconds=S")
+      ->take_all();
+  run->add_option("--story-cap-factor", ro.story_cap_factor,
+                  "Never run longer than this many times the planned real duration waiting for the story")
+      ->check(CLI::Range(1.0, 100.0));
   run->add_flag("--clean", ro.clean, "Remove the run directory at the end (only one this run created)");
   run->add_option(
          "--hold-agents-s", ro.hold_agents_s,
@@ -104,6 +115,14 @@ int main(int argc, char** argv) {
   if (launch->parsed()) return ithbat::sim::runner::RunLauncherMode(desc);
   if (burn->parsed()) return ithbat::sim::runner::RunBurnMode(duty, pmin, pmax, burn_seed);
 
+  for (const auto& u : until) {
+    auto m = ithbat::sim::runner::ParseMilestone(u);
+    if (!m) {
+      fmt::print(stderr, "{}\n", m.error().message);
+      return 2;
+    }
+    ro.milestones.push_back(std::move(*m));
+  }
   ro.scenario_file = file;
   if (*seed_opt) ro.seed = seed;
   ro.root = root;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "node/storage.h"
 #include "runner/plan.h"
 #include "runner/process.h"
+#include "runner/story.h"
 #include "runner/world_record.h"
 #include "scenario/magnitude.h"
 #include "scenario/rng.h"
@@ -126,6 +128,8 @@ struct Child {
 struct JobRt {
   enum class State { kPending, kRunning, kEnded } state = State::kPending;
   double start_real_s = 0;
+  std::string held_by;    // why it waits past its start ("" = it does not)
+  double held_since = 0;  // world seconds
   std::vector<RankPlace> places;
   std::vector<size_t> launchers;  // into children_
   fs::path dir;
@@ -134,6 +138,8 @@ struct JobRt {
 struct EventRt {
   bool started = false;
   bool ended = false;
+  double fired_real_s = 0;          // world seconds
+  std::vector<int64_t> job_steps;   // each job's completed step when it fired (-1: not running)
   double end_real_s = -1;  // < 0: never
   std::vector<size_t> burners;
 };
@@ -217,9 +223,11 @@ class World {
     if (auto st = scenario::ScaleFaultMagnitude(*resolved, o_.magnitude); !st) return st;
     if (o_.magnitude != 1.0) Log("fault magnitude {}", o_.magnitude);
     s_ = std::move(*resolved);
-    c_ = s_.time_compression > 0 ? s_.time_compression : 1.0;
+    c_ = (s_.time_compression > 0 ? s_.time_compression : 1.0) / std::max(1.0, o_.slowdown);
+    if (o_.slowdown > 1.0) Log("slowed down {:g}×: time compression {:g}", o_.slowdown, c_);
     byte_scale_ = ChooseByteScale(s_);
     duration_real_s_ = o_.duration_s > 0 ? o_.duration_s : RealSeconds(s_.duration_s, c_);
+    if (auto ok = PlanStory(); !ok) return ok;
     for (const auto& job : s_.jobs)
       training_ranks_ += static_cast<int64_t>(job.nodes.size()) * job.gpus_per_node;
     record_.scenario = s_.name;
@@ -396,9 +404,51 @@ class World {
 
   // The world's real start, once the agents are up (they can take long to come up): what
   // the storage's io tenants and every scenario time count from.
+  // The story the world must tell before it may end (story.h). An explicit real duration
+  // (--duration-s) is the caller's to choose: no extension then.
+  Status PlanStory() {
+    if (o_.duration_s > 0) return Ok();
+    milestones_ = ImplicitMilestones(s_);
+    for (StoryMilestone m : o_.milestones) {
+      if (!m.job.empty() && JobIndex(m.job) >= s_.jobs.size())
+        return MakeErrorF(ErrorCode::kInvalidArgument, "story milestone: no job {}", m.job);
+      if (!m.event.empty() && EventIndex(m.event) >= s_.timeline.size())
+        return MakeErrorF(ErrorCode::kInvalidArgument, "story milestone: no event {}", m.event);
+      if (m.why.empty()) m.why = FormatMilestone(m);
+      milestones_.push_back(std::move(m));
+    }
+    for (const auto& m : milestones_) record_.story_milestones.push_back(m.why);
+    cap_real_s_ = duration_real_s_ * std::max(1.0, o_.story_cap_factor);
+    record_.story_cap_real_s = cap_real_s_;
+    return Ok();
+  }
+
+  size_t JobIndex(std::string_view id) const {
+    for (size_t j = 0; j < s_.jobs.size(); ++j) {
+      if (s_.jobs[j].id == id) return j;
+    }
+    return s_.jobs.size();
+  }
+  size_t EventIndex(std::string_view id) const {
+    for (size_t e = 0; e < s_.timeline.size(); ++e) {
+      if (s_.timeline[e].id == id) return e;
+    }
+    return s_.timeline.size();
+  }
+
+  // The last step rank 0 of job j completed (its progress file), or nullopt before its first.
+  std::optional<int64_t> JobStep(size_t j) const {
+    if (jobs_[j].state == JobRt::State::kPending) return std::nullopt;
+    return ReadProgressStep(jobs_[j].dir / "rank0.progress");
+  }
+
   void MarkWorldStart() {
     world_t0_ = MonoNs();
     record_.started_ns = NowNs();
+    for (size_t j = 0; j < s_.jobs.size(); ++j) {
+      record_.jobs[j].scripted_start_ns =
+          record_.started_ns + static_cast<int64_t>(jobs_[j].start_real_s * 1e9);
+    }
     if (storage_) storage_->SetRunStart(record_.started_ns);
     for (auto& node : nodes_) node->SetRunStart(record_.started_ns);
   }
@@ -571,14 +621,10 @@ class World {
         break;
       }
       const double t = WorldSeconds();
-      if (t >= duration_real_s_) {
-        record_.stop_reason = "duration";
-        Log("stopping: duration reached");
-        break;
-      }
+      if (t >= duration_real_s_ && !GoOnForTheStory(t)) break;
       ReapChildren();
       for (size_t j = 0; j < jobs_.size(); ++j) {
-        if (jobs_[j].state == JobRt::State::kPending && jobs_[j].start_real_s <= t) (void)StartJob(j);
+        if (jobs_[j].state == JobRt::State::kPending && jobs_[j].start_real_s <= t) MaybeStartJob(j, t);
       }
       RefreshJobs();
       CheckServers();
@@ -609,6 +655,168 @@ class World {
         last_write = now;
       }
       usleep(kLoopSleepUs);
+    }
+  }
+
+  // Past the duration: whether the world goes on because its story is not told yet (and the cap
+  // is not reached). Sets the stop reason when it does not.
+  bool GoOnForTheStory(double t) {
+    const std::vector<std::string> untold = o_.duration_s > 0 ? std::vector<std::string>{} : UntoldStory(t);
+    if (!untold.empty() && t < cap_real_s_) {
+      if (!extending_) {
+        Log("duration reached; the world goes on until its story is told: {}", fmt::join(untold, "; "));
+        extending_ = true;
+      }
+      story_told_at_ = -1;
+      return true;
+    }
+    if (untold.empty() && extending_) {
+      // The story was told past the duration: a few more seconds for the agents to sample it.
+      if (story_told_at_ < 0) {
+        story_told_at_ = t;
+        Log("the story is told");
+      }
+      if (t < story_told_at_ + kStoryTailRealS && t < cap_real_s_) return true;
+    }
+    record_.story_untold = untold;
+    if (!untold.empty()) {
+      record_.stop_reason = "story_cap";
+      Log("stopping at the cap ({:.0f} s): the story is not told: {}", cap_real_s_, fmt::join(untold, "; "));
+    } else {
+      record_.stop_reason = extending_ ? "story_told" : "duration";
+      Log("stopping: {}", extending_ ? "the story is told" : "duration reached");
+    }
+    return false;
+  }
+
+  // What the story has not reached yet: jobs that have not started, step events not fired, and
+  // milestones. A milestone of a job that ended, or counted from an event that can no longer fire,
+  // is not waited for (the lab's story check says what was missed).
+  std::vector<std::string> UntoldStory(double t) const {
+    std::vector<std::string> out;
+    std::vector<std::optional<int64_t>> steps(s_.jobs.size());
+    for (size_t j = 0; j < s_.jobs.size(); ++j) {
+      if (jobs_[j].state == JobRt::State::kRunning) steps[j] = JobStep(j);
+      if (jobs_[j].state == JobRt::State::kPending)
+        out.push_back(fmt::format("job {} has not started{}", s_.jobs[j].id,
+                                  jobs_[j].held_by.empty() ? "" : " (it waits for " + jobs_[j].held_by + ")"));
+    }
+    auto can_fire = [&](size_t e) {
+      if (events_[e].started) return false;
+      const auto& ev = s_.timeline[e];
+      if (ev.at_step < 0) return true;  // a timed event fires when its time comes
+      const size_t j = JobIndex(ev.job);
+      return j < jobs_.size() && jobs_[j].state != JobRt::State::kEnded;
+    };
+    for (size_t e = 0; e < s_.timeline.size(); ++e) {
+      const auto& ev = s_.timeline[e];
+      if (ev.at_step >= 0 && can_fire(e))
+        out.push_back(fmt::format("event {} at step {} of job {}", ev.id.empty() ? fmt::format("#{}", e) : ev.id,
+                                  ev.at_step, ev.job));
+    }
+    for (const auto& m : milestones_) {
+      const size_t e = m.event.empty() ? s_.timeline.size() : EventIndex(m.event);
+      if (e < s_.timeline.size() && !events_[e].started) {
+        if (can_fire(e)) out.push_back(m.why);
+        continue;
+      }
+      if (m.job.empty()) {  // seconds after the event or the start
+        const double from = e < s_.timeline.size() ? events_[e].fired_real_s : 0;
+        if (t < from + RealSeconds(m.seconds, c_)) out.push_back(m.why);
+        continue;
+      }
+      const size_t j = JobIndex(m.job);
+      if (j >= jobs_.size() || jobs_[j].state == JobRt::State::kEnded) continue;
+      if (jobs_[j].state == JobRt::State::kPending) {
+        out.push_back(m.why);
+        continue;
+      }
+      const int64_t step = steps[j].value_or(scenario::FirstStep(s_.jobs[j]) - 1);
+      int64_t target = m.step;
+      if (e < s_.timeline.size()) {
+        const int64_t base = j < events_[e].job_steps.size() && events_[e].job_steps[j] >= 0
+                                 ? events_[e].job_steps[j]
+                                 : scenario::FirstStep(s_.jobs[j]) - 1;
+        target = base + m.steps;
+        if (m.saves > 0) {
+          const int64_t every = s_.jobs[j].checkpoint ? s_.jobs[j].checkpoint->every_steps : 0;
+          if (every <= 0) continue;  // a job that never saves: nothing to wait for
+          target = (base / every + m.saves) * every;
+        }
+      }
+      if (step < target) out.push_back(fmt::format("{} (at step {})", m.why, step));
+    }
+    return out;
+  }
+
+  // Why job j cannot start yet although its time has come ("" = it can): as on a real cluster, a
+  // job that resumes from another's checkpoint waits until that checkpoint exists, and a job does
+  // not start on GPUs another job or server still holds (Slurm allocates GPUs to one job). On a
+  // machine slower than the world's pace this keeps the script's order: without it case04's rerun
+  // started on the warm-up's GPUs while the warm-up still ran.
+  std::string HeldBy(size_t j) const {
+    const auto& job = s_.jobs[j];
+    if (!job.after.empty()) {
+      const size_t a = JobIndex(job.after);
+      if (a < jobs_.size() && jobs_[a].state != JobRt::State::kEnded) return fmt::format("job {} to end", job.after);
+    }
+    if (job.resume_from) {
+      const size_t o = JobIndex(job.resume_from->job);
+      if (o < jobs_.size() && jobs_[o].state != JobRt::State::kEnded) {
+        const auto step = JobStep(o);
+        if (!step || *step < job.resume_from->step)
+          return fmt::format("the checkpoint of job {} at step {}", job.resume_from->job, job.resume_from->step);
+      }
+    }
+    const auto mine = GpusOf(j);
+    for (size_t k = 0; k < jobs_.size(); ++k) {
+      if (k == j || jobs_[k].state != JobRt::State::kRunning) continue;
+      for (const auto& g : GpusOf(k)) {
+        if (mine.count(g) > 0) return fmt::format("its GPUs, held by job {}", s_.jobs[k].id);
+      }
+    }
+    for (size_t i = 0; i < s_.inference.size(); ++i) {
+      if (record_.servers[i].state != "running") continue;
+      for (int64_t g = 0; g < s_.inference[i].gpus; ++g) {
+        if (mine.count({s_.inference[i].node, g}) > 0)
+          return fmt::format("its GPUs, held by server {}", s_.inference[i].id);
+      }
+    }
+    return "";
+  }
+
+  std::set<std::pair<std::string, int64_t>> GpusOf(size_t j) const {
+    const auto& job = s_.jobs[j];
+    std::set<std::pair<std::string, int64_t>> out;
+    for (const auto& node : job.nodes) {
+      if (job.gpu_indices.empty()) {
+        for (int64_t g = 0; g < job.gpus_per_node; ++g) out.insert({node, g});
+      } else {
+        for (int64_t g : job.gpu_indices) out.insert({node, g});
+      }
+    }
+    return out;
+  }
+
+  void MaybeStartJob(size_t j, double t) {
+    JobRt& rt = jobs_[j];
+    JobRecord& rec = record_.jobs[j];
+    const std::string held = HeldBy(j);
+    if (!rt.held_by.empty() && !rec.held.empty()) rec.held.back().real_s = t - rt.held_since;
+    if (held.empty()) {
+      if (!rt.held_by.empty()) {
+        Log("job {} no longer waits ({:.1f} s past its start)", s_.jobs[j].id, t - rt.start_real_s);
+        rt.held_by.clear();
+      }
+      (void)StartJob(j);
+      return;
+    }
+    if (held != rt.held_by) {
+      Log("job {} waits for {}", s_.jobs[j].id, held);
+      rt.held_by = held;
+      rt.held_since = t;
+      rec.held.push_back({held, 0});
+      dirty_ = true;
     }
   }
 
@@ -883,6 +1091,12 @@ class World {
     const Event real = RealEvent(ev, c_);
     const int64_t now = NowNs();
     rec.started_ns = now;
+    rt.fired_real_s = WorldSeconds();
+    rt.job_steps.assign(s_.jobs.size(), -1);
+    for (size_t j = 0; j < s_.jobs.size(); ++j) {
+      if (jobs_[j].state == JobRt::State::kRunning) rt.job_steps[j] = JobStep(j).value_or(-1);
+      if (s_.jobs[j].id == ev.job) rec.fired_step = rt.job_steps[j];
+    }
     const std::string name = ev.id.empty() ? fmt::format("#{}", e) : ev.id;
     Log("event {} ({}) started", name, EnumName(ev.kind));
     if (const size_t n = NodeIndex(ev.node); n < nodes_.size()) {
@@ -1151,6 +1365,10 @@ class World {
   double c_ = 1;
   double byte_scale_ = 1;
   double duration_real_s_ = 0;
+  std::vector<StoryMilestone> milestones_;
+  double cap_real_s_ = 0;
+  bool extending_ = false;       // past the duration, waiting for the story
+  double story_told_at_ = -1;    // world seconds when it was told past the duration
   int64_t training_ranks_ = 0;
   fs::path root_;
   fs::path shm_dir_;

@@ -13,6 +13,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "runner/story.h"
 
 namespace ithbat::sim::runner {
 
@@ -20,6 +23,9 @@ struct RunOptions {
   std::filesystem::path scenario_file;
   std::optional<uint64_t> seed;  // none: scenario's seed, else DrawSeed()
   bool quick = false;
+  // The world runs this many times slower than its time compression asks (c / slowdown), for a
+  // machine too slow for it (the lab's retry of a world the machine could not keep the pace of).
+  double slowdown = 1.0;
   // Fault magnitude (src/scenario/magnitude.h): the timeline's graded faults scaled between none
   // (0) and as written (1); for the lab's sweep.
   double magnitude = 1.0;
@@ -33,7 +39,12 @@ struct RunOptions {
   // package's (/usr/lib/<triplet>/faketime/). Missing: a WARNING, the agent runs unskewed.
   std::filesystem::path faketime;
   bool agents = true;
-  double duration_s = 0;  // REAL seconds; 0 = the scenario's duration / c
+  double duration_s = 0;  // REAL seconds; 0 = the scenario's duration / c (and no story extension)
+  // What the story must reach before the world may end (story.h): the caller's milestones, on top
+  // of those the scenario implies. The world ends at the later of its duration and its story, and
+  // never after story_cap_factor × its planned real duration.
+  std::vector<StoryMilestone> milestones;
+  double story_cap_factor = kStoryCapFactor;
   bool clean = false;     // remove the run dir at the end (only one this run created)
   // After the world ended: keep the agents up this many REAL seconds (or until SIGINT/SIGTERM)
   // with world.json complete (phase "holding"), so a checker can query them afterwards.

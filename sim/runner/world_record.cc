@@ -33,6 +33,7 @@ std::string WorldToJson(const WorldRecord& w) {
   j["phase"] = w.phase;
   j["stop_reason"] = w.stop_reason;
   j["duration_real_s"] = w.duration_real_s;
+  j["story"] = {{"cap_real_s", w.story_cap_real_s}, {"milestones", w.story_milestones}, {"untold", w.story_untold}};
   j["started_ns"] = w.started_ns;
   j["ended_ns"] = w.ended_ns;
   j["host_jitter_processes"] = w.host_jitter_processes;
@@ -78,14 +79,19 @@ std::string WorldToJson(const WorldRecord& w) {
                        {"start_ns", s.start_ns},
                        {"end_ns", s.end_ns},
                        {"slowest_rank", s.slowest_rank},
+                       {"planned_ns", s.planned_ns},
                        {"ranks", s.ranks}});
     }
     json saves = json::array();
     for (const auto& s : job.saves) {
       saves.push_back({{"step", s.step}, {"start_ns", s.start_ns}, {"end_ns", s.end_ns}, {"bytes", s.bytes}});
     }
+    json held = json::array();
+    for (const auto& h : job.held) held.push_back({{"reason", h.reason}, {"real_s", h.real_s}});
     jobs.push_back({{"id", job.id},
                     {"launcher", job.launcher},
+                    {"scripted_start_ns", job.scripted_start_ns},
+                    {"held", held},
                     {"state", job.state},
                     {"slurm_job_id", job.slurm_job_id},
                     {"started_ns", job.started_ns},
@@ -123,6 +129,7 @@ std::string WorldToJson(const WorldRecord& w) {
                       {"rank", e.rank},
                       {"started_ns", e.started_ns},
                       {"ended_ns", e.ended_ns},
+                      {"fired_step", e.fired_step},
                       {"effects", e.effects}});
   }
   j["events"] = events;
@@ -210,6 +217,7 @@ void MergeTruth(const std::filesystem::path& job_dir, JobRecord& job) {
         a.rec.start_ns = a.rec.start_ns == 0 ? *start : std::min(a.rec.start_ns, *start);
         a.rec.end_ns = std::max(a.rec.end_ns, *end);
         ++a.rec.ranks;
+        a.rec.planned_ns = std::max(a.rec.planned_ns, num("compute_ns").value_or(0));
         const int64_t tokens = num("tokens").value_or(0);
         const int64_t duration = *end - *start;
         if (tokens > a.best_tokens || (tokens == a.best_tokens && duration > a.best_duration)) {

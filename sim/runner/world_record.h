@@ -56,6 +56,7 @@ struct StepRecord {
   int64_t start_ns = 0;       // earliest rank start
   int64_t end_ns = 0;         // latest rank end
   int64_t slowest_rank = -1;  // the rank with the most tokens in the step (ties: the longer one)
+  int64_t planned_ns = 0;     // the longest compute any rank planned for it (real ns): what the script asks
   int64_t ranks = 0;          // ranks that reported the step
 };
 struct SaveRecord {
@@ -64,8 +65,16 @@ struct SaveRecord {
   int64_t end_ns = 0;
   uint64_t bytes = 0;  // all ranks, real (scaled) bytes
 };
+// Why a job started later than its start_s: it waited for a checkpoint to resume from, or for
+// GPUs another job still held (as Slurm holds a job whose GPUs are allocated).
+struct JobHold {
+  std::string reason;
+  double real_s = 0;  // real seconds it waited for it
+};
 struct JobRecord {
   std::string id;
+  int64_t scripted_start_ns = 0;  // world start + start_s / c: when the script starts it
+  std::vector<JobHold> held;
   std::string launcher;
   std::string state = "pending";  // pending, running, ended
   uint64_t slurm_job_id = 0;      // srun and torchrun jobs
@@ -101,6 +110,7 @@ struct EventRecord {
   int64_t rank = -1;
   int64_t started_ns = 0;            // 0 = not (yet) started
   int64_t ended_ns = 0;              // 0 = still active or never ended
+  int64_t fired_step = -1;           // the step its job (`job`) had completed when it fired; -1 without one
   std::vector<std::string> effects;  // inject lines delivered, "<job>/rank<R>: <line>"
 };
 struct MountRecord {
@@ -119,8 +129,13 @@ struct WorldRecord {
   std::string root;
   std::string nccl_shm_dir;     // the fake NCCL's per-world directory (removed at the end)
   std::string phase = "setup";  // setup, running, stopping, ended, failed
-  std::string stop_reason;      // duration, jobs_ended, signal, setup_failed
+  // duration, jobs_ended, story_told (past the duration, once the story was told), story_cap
+  // (the cap reached with the story untold), signal, setup_failed
+  std::string stop_reason;
   double duration_real_s = 0;   // the planned real duration
+  double story_cap_real_s = 0;  // the longest it may run waiting for its story (0: no extension)
+  std::vector<std::string> story_milestones;  // what the story had to reach (story.h)
+  std::vector<std::string> story_untold;      // what it had not reached when the world ended
   int64_t started_ns = 0;
   int64_t ended_ns = 0;
   int64_t host_jitter_processes = 0;

@@ -263,6 +263,7 @@ struct PendingStep {
   int64_t tokens;
   double loss;
   size_t event;
+  int64_t planned_ns;  // what the script asks of the step (PlannedStepNs)
 };
 
 class Rank {
@@ -296,6 +297,7 @@ class Rank {
   void Truth(const std::string& line);
   void Progress(int64_t step);
   void SyncAndRecord();
+  int64_t PlannedStepNs(int64_t compute_ns) const;
   void Save(int64_t step, const StepReport& report);
   void WriteCheckpoint(int64_t step, std::string dir);
   [[noreturn]] void HangForever();
@@ -805,6 +807,17 @@ std::string JsonNumber(double v) { return std::isfinite(v) ? fmt::format("{}", v
 
 // loss.item(): a 4-byte copy on the compute stream that waits for every step launched; then the
 // end of each pending step from its end event (elapsed time to the last one).
+// What the script asks of a step, in real ns: its compute (the slow factor of an inject
+// included), or the data loader's pace when that is slower — W workers make a batch every
+// cpu_ms / W; without workers the main thread makes it before the step. The lab compares it with
+// the step's real duration: the pace at which this machine ran the world (a step also waits for
+// its collectives, which this leaves out, so a world on a perfect machine paces a little under 1).
+int64_t Rank::PlannedStepNs(int64_t compute_ns) const {
+  const double loader_ns = spec_.data_loader.cpu_ms_per_batch * 1e6;
+  if (spec_.data_loader.workers <= 0) return compute_ns + static_cast<int64_t>(loader_ns);
+  return std::max(compute_ns, static_cast<int64_t>(loader_ns / static_cast<double>(spec_.data_loader.workers)));
+}
+
 void Rank::SyncAndRecord() {
   float host = 0;
   CU(cuMemcpyDtoH_v2(&host, buf_, sizeof(host)));
@@ -817,8 +830,8 @@ void Rank::SyncAndRecord() {
     if (cuEventElapsedTime(&ms, events_[p.event], last) == CUDA_SUCCESS && ms >= 0)
       end = now - static_cast<int64_t>(static_cast<double>(ms) * 1e6);
     const int64_t start = std::max(p.host_start_ns, prev_end_ns_);
-    Truth(fmt::format("{{\"step\":{},\"start_ns\":{},\"end_ns\":{},\"tokens\":{},\"loss\":{}}}\n", p.step,
-                      std::min(start, end), end, p.tokens, JsonNumber(p.loss)));
+    Truth(fmt::format("{{\"step\":{},\"start_ns\":{},\"end_ns\":{},\"tokens\":{},\"loss\":{},\"compute_ns\":{}}}\n",
+                      p.step, std::min(start, end), end, p.tokens, JsonNumber(p.loss), p.planned_ns));
     prev_end_ns_ = end;
   }
   pending_.clear();
@@ -974,7 +987,7 @@ int Rank::Run() {
     }
     const size_t ev = pending_.size();
     CU(cuEventRecord(events_[ev], nullptr));
-    pending_.push_back({step, host_start, batch.tokens, loss, ev});
+    pending_.push_back({step, host_start, batch.tokens, loss, ev, PlannedStepNs(ns)});
 
     const bool log_step = LogsAt(spec_.log, step);
     const bool save_step = spec_.checkpoint && spec_.checkpoint->every_steps > 0 && step % spec_.checkpoint->every_steps == 0;

@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 #include <fmt/core.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -221,6 +222,136 @@ TEST(WorldTest, TwoNodesOfEightGpusLaunchEveryRank) {
   EXPECT_TRUE(fs::exists(root / "jobs" / "wide-job" / "launcher-wide-a.out"));
   EXPECT_TRUE(fs::exists(root / "jobs" / "wide-job" / "launcher-wide-b.out"));
   ExpectNothingLeft(w, root);
+}
+
+// The story (sim/runner/story.h): a world ends at the later of its duration and its story. Four
+// jobs on one node, a 2 s duration they cannot fit in: `resumed` resumes from `first`'s step-20
+// checkpoint and must wait for it; `follower` wants `first`'s GPU and waits for it to end; `long`
+// never ends by itself. The caller asks for `first` to reach step 30. No timing in the verdicts
+// but the order of things and that the world neither stopped at its duration nor ran on.
+constexpr const char* kStory = R"(
+version: 1
+name: runner-story
+duration_s: 2
+nodes:
+  - name: story-n1
+    gpus: {count: 4, model: H100-SXM}
+storage:
+  mounts:
+    - {name: scratch, path: /local/scratch, kind: local_nvme, nodes: [story-n1], write_gbps: 4, fsync_ms: 1}
+jobs:
+  - id: first
+    nodes: [story-n1]
+    gpus_per_node: 1
+    gpu_indices: [0]
+    startup_s: 0.2
+    steps: 30
+    work: {compute_ms: 100, seq_len: 512, sequences_per_step: 1, launches_per_step: 20, memory_gib: 1}
+    data_loader: {workers: 0, cpu_ms_per_batch: 1}
+    checkpoint: {every_steps: 10, size_gib: 0.001, mount: scratch, async: false}
+  - id: resumed
+    nodes: [story-n1]
+    gpus_per_node: 1
+    gpu_indices: [1]
+    start_s: 0.2
+    startup_s: 0.2
+    steps: 40
+    work: {compute_ms: 100, seq_len: 512, sequences_per_step: 1, launches_per_step: 20, memory_gib: 1}
+    data_loader: {workers: 0, cpu_ms_per_batch: 1}
+    resume_from: {job: first, step: 20}
+  - id: follower
+    nodes: [story-n1]
+    gpus_per_node: 1
+    gpu_indices: [0]
+    start_s: 0.5
+    startup_s: 0.2
+    steps: 5
+    work: {compute_ms: 100, seq_len: 512, sequences_per_step: 1, launches_per_step: 20, memory_gib: 1}
+    data_loader: {workers: 0, cpu_ms_per_batch: 1}
+  - id: long
+    nodes: [story-n1]
+    gpus_per_node: 1
+    gpu_indices: [3]
+    startup_s: 0.2
+    steps: 100000
+    work: {compute_ms: 100, seq_len: 512, sequences_per_step: 1, launches_per_step: 20, memory_gib: 1}
+    data_loader: {workers: 0, cpu_ms_per_batch: 1}
+background: {enabled: false}
+)";
+
+int64_t StepEnd(const json& job, int64_t step) {
+  for (const auto& s : job["steps"]) {
+    if (s["step"].get<int64_t>() == step) return s["end_ns"].get<int64_t>();
+  }
+  return 0;
+}
+
+TEST(StoryTest, TheWorldWaitsForItsStoryAndJobsForWhatTheyNeed) {
+  ASSERT_EQ(geteuid(), 0u) << "the simulator needs root (PID namespaces, FUSE)";
+  testing::TempDir dir;
+  dir.WriteFile("story.yaml", kStory);
+  const fs::path root = dir.path() / "run";
+  const pid_t pid = Start({"run", (dir.path() / "story.yaml").string(), "--no-agents", "--seed", "5", "--root",
+                           root.string(), "--until", "job=first,step=30", "--story-cap-factor", "30"},
+                          dir.path() / "sim.log");
+  ASSERT_GT(pid, 0);
+  const int code = Wait(pid, 300);
+  const std::string log = ReadFile(dir.path() / "sim.log");
+  ASSERT_EQ(code, 0) << log;
+  const json w = ReadWorld(root);
+  ASSERT_TRUE(w.is_object()) << log;
+  EXPECT_EQ(w["stop_reason"], "story_told") << log;
+  EXPECT_TRUE(w["story"]["untold"].empty()) << log;
+  EXPECT_THAT(w["story"]["milestones"].dump(), ::testing::HasSubstr("job first reaches step 30"));
+  ASSERT_EQ(w["jobs"].size(), 4u);
+  const json& first = w["jobs"][0];
+  const json& resumed = w["jobs"][1];
+  const json& follower = w["jobs"][2];
+  EXPECT_GE(first["steps_done"].get<int64_t>(), 30) << log;
+  // resumed waited for first's step-20 checkpoint, follower for first's GPU.
+  ASSERT_FALSE(resumed["held"].empty()) << log;
+  EXPECT_THAT(resumed["held"][0]["reason"].get<std::string>(), ::testing::HasSubstr("checkpoint of job first at step 20"));
+  EXPECT_GE(resumed["started_ns"].get<int64_t>(), StepEnd(first, 20)) << log;
+  ASSERT_FALSE(follower["held"].empty()) << log;
+  EXPECT_THAT(follower["held"][0]["reason"].get<std::string>(), ::testing::HasSubstr("held by job first"));
+  EXPECT_GE(follower["started_ns"].get<int64_t>(), first["ended_ns"].get<int64_t>()) << log;
+  EXPECT_GT(follower["steps_done"].get<int64_t>(), 0) << log;
+  ExpectNothingLeft(w, root);
+}
+
+TEST(StoryTest, TheCapEndsAWorldWhoseStoryCannotBeToldAndSaysWhat) {
+  ASSERT_EQ(geteuid(), 0u) << "the simulator needs root (PID namespaces, FUSE)";
+  testing::TempDir dir;
+  dir.WriteFile("story.yaml", kStory);
+  const fs::path root = dir.path() / "run";
+  const pid_t pid = Start({"run", (dir.path() / "story.yaml").string(), "--no-agents", "--seed", "5", "--root",
+                           root.string(), "--until", "job=long,step=99999", "--story-cap-factor", "3"},
+                          dir.path() / "sim.log");
+  ASSERT_GT(pid, 0);
+  const int code = Wait(pid, 300);
+  const std::string log = ReadFile(dir.path() / "sim.log");
+  ASSERT_EQ(code, 0) << log;
+  const json w = ReadWorld(root);
+  ASSERT_TRUE(w.is_object()) << log;
+  EXPECT_EQ(w["stop_reason"], "story_cap") << log;
+  EXPECT_EQ(w["story"]["cap_real_s"].get<double>(), 6.0);
+  EXPECT_THAT(w["story"]["untold"].dump(), ::testing::HasSubstr("job long reaches step 99999")) << log;
+  ExpectNothingLeft(w, root);
+}
+
+// A wrong milestone is a usage error, before anything starts.
+TEST(StoryTest, AMalformedMilestoneIsAUsageError) {
+  testing::TempDir dir;
+  dir.WriteFile("story.yaml", kStory);
+  for (const char* bad : {"job=first", "job=first,step=x", "event=e,job=first,step=3", "color=red,step=1"}) {
+    const pid_t pid = Start({"run", (dir.path() / "story.yaml").string(), "--no-agents", "--until", bad},
+                            dir.path() / "sim.log");
+    EXPECT_EQ(Wait(pid, 60), 2) << bad << ": " << ReadFile(dir.path() / "sim.log");
+  }
+  const pid_t pid = Start({"run", (dir.path() / "story.yaml").string(), "--no-agents", "--until", "job=nobody,step=3",
+                           "--root", (dir.path() / "run").string()},
+                          dir.path() / "sim.log");
+  EXPECT_EQ(Wait(pid, 60), 1) << ReadFile(dir.path() / "sim.log");  // a setup failure: no such job
 }
 
 }  // namespace
