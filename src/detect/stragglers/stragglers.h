@@ -32,6 +32,7 @@
 // least kMinWaitShare of their time.
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/finding.h"
@@ -80,6 +81,14 @@ inline constexpr TimeNs kStarvedLateWindowNs = 3 * kNsPerSec;
 // while its verdict formed; case04's packed rerun on a CI host at CPU pressure 0.13–0.75 (two
 // clean-clone CI runs gave it a false host_bottleneck on 3–4 starved samples) 0.07–0.15.
 inline constexpr double kMinStarvedShareOfWait = 0.3;
+// ... and a starved sample counts only where the starved rank's main thread was not held off the CPU:
+// waiting to run (sched_io's runnable time, the kernel's run-queue wait) for at least this share
+// of the sample interval is a host too busy to run it — other processes' doing, which the job
+// cannot fix by changing its code — and is left out. A launching thread that waits a quarter of
+// every second for a core cannot keep a GPU fed at a step of a second or less; a thread stalled
+// by its own work (Python, a lock, a sleep) is off the run queue. (A healthy job on a 2-core
+// machine with 16 ranks and a CPU hog beside it: its main threads waited 0.3–0.6 s a second.)
+inline constexpr double kContendedRunnableShare = 0.25;
 // ... on a node whose GPUs are busy on the whole while the job trains (mean utilisation from a tick
 // before its first collective, above this): mostly idle GPUs are an input-bound job (the stalls
 // detector's input_pipeline), not one late host thread. The idle GPUs of the start-up do not
@@ -193,5 +202,18 @@ inline constexpr double kPcieWidthShare = 0.5;
 inline constexpr double kPersistentExtraWork = 1.15;
 
 std::vector<Finding> DetectStragglers(const DetectInput& in);
+
+// The host-starvation evidence host_bottleneck reads, per node of a job over [from, to]: samples
+// in which one GPU of the node was starved of launches while its node peers were busy (saves left
+// out). `samples` are those the job's own host explains; `contended` came while the starved
+// rank's main thread waited for a CPU (kContendedRunnableShare) and are the host's. The lab counts
+// both: starvation in a world whose story scripts no host load is the machine's, not the story's.
+struct HostStarvation {
+  std::string node;
+  int samples = 0;
+  int contended = 0;
+  std::vector<TimeNs> times;  // when (both kinds), in order
+};
+std::vector<HostStarvation> MeasureHostStarvation(const FleetView& view, const JobView& job, TimeNs from, TimeNs to);
 
 }  // namespace ithbat::detect
