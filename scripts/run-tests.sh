@@ -102,17 +102,25 @@ fi
 echo
 echo "Test groups:"
 printf '  %s\n' "${table[@]}"
-# The lab's verbose log is long and a CI report keeps only its head and tail: what failed in
-# which world (scenario, seed, the signals and verdicts that were not ok) is repeated here.
-if grep -Eq '^([0-9]+: )?(FAIL|ERROR) ' "$lab_log"; then
+# The lab's verbose log is long and a CI report keeps only its head and tail: every world's
+# result, story, verdict and pace, then what went wrong in which world (scenario, seed, the story,
+# signals and verdicts that were not ok), are repeated here.
+if grep -Eq '^([0-9]+: )?  [A-Za-z0-9._-]+ \| (PASS|MISSED|WRONG|INVALID|SKIP|ERROR) \|' "$lab_log"; then
   echo
-  echo "Lab worlds that failed (rerun one: build/sim/ithbat-lab --quick --seed SEED scenarios/NAME.yaml):"
-  # A world's block runs from its FAIL/ERROR line to the blank line after it.
+  echo "Lab worlds (scenario | result | what happened | verdict | first verdict / budget | pace):"
+  sed -E 's/^[0-9]+: //' "$lab_log" | grep -E '^  [A-Za-z0-9._-]+ \| (PASS|MISSED|WRONG|INVALID|SKIP|ERROR) \|' |
+    cut -c1-400
+fi
+if grep -Eq '^([0-9]+: )?(MISSED|WRONG|INVALID|ERROR) ' "$lab_log"; then
+  echo
+  echo "Lab worlds that did not pass (rerun one: build/sim/ithbat-lab --quick --seed SEED scenarios/NAME.yaml):"
+  # A world's block runs from its result line to the blank line after it.
   sed -E 's/^[0-9]+: //' "$lab_log" |
-    awk '/^(FAIL|ERROR) / { on = 1; print; next }
+    awk '/^(MISSED|WRONG|INVALID|ERROR) / { on = 1; print; next }
          /^$/ { on = 0 }
-         on && (/^  error: / || /^  expected / || /^    why: / || /\[(NO|MISSED|LATE|EXTRA)\]/) { print }' |
-    awk '!seen[$0]++' | head -n 60 | cut -c1-400
+         on && (/^  error: / || /^  expected / || /^    why: / || /^  INVALID: / || /^  what to do: / ||
+                /^  first run INVALID: / || /\[(NO|MISSED|LATE|EXTRA)\]/) { print }' |
+    awk '!seen[$0]++' | head -n 80 | cut -c1-400
 fi
 echo
 echo "tests: ${total_pass} passed, ${total_fail} failed"

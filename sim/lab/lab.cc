@@ -56,6 +56,20 @@ int RunChild(const std::vector<std::string>& argv) {
   return -1;
 }
 
+std::string Advice(const LabResult& r) {
+  const StoryCheck& s = *r.story;
+  if (s.min_pace && *s.min_pace < kMinPace)
+    return fmt::format("this machine ran the world at {:.2f}× its pace{}: close other programs, or run it slower "
+                       "(ithbat demo --quick --slowdown {:g}; make demo DEMO_ARGS='--quick --slowdown {:g}')",
+                       *s.min_pace, r.slowdown > 1 ? fmt::format(" even {:g}× slower", r.slowdown) : "",
+                       std::ceil(2 * r.slowdown / *s.min_pace) / 2, std::ceil(2 * r.slowdown / *s.min_pace) / 2);
+  if (s.starved + s.starved_contended > 0 && !s.host_load_scripted)
+    return "this machine could not feed the world's GPUs: close other programs, or run it slower "
+           "(ithbat demo --quick --slowdown 2)";
+  return "the world ended before its story: run it slower (ithbat demo --quick --slowdown 2), or, for a file of "
+         "your own, check that its events fit its duration (ithbat scenario check --resolve)";
+}
+
 std::string Slug(std::string_view s) {
   std::string out;
   for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
@@ -126,6 +140,16 @@ LabResult RunOne(const LabOptions& options, const std::string& file, const std::
   std::fflush(out);
   std::vector<std::string> argv = {options.sim_binary, "run", file, "--seed", std::to_string(r.seed), "--root", run_dir};
   if (options.quick) argv.push_back("--quick");
+  if (options.slowdown > 1.0) {
+    argv.push_back("--slowdown");
+    argv.push_back(fmt::format("{}", options.slowdown));
+  }
+  r.slowdown = options.slowdown;
+  // How long the story must run for every budget to be judged (never the answer).
+  for (const auto& m : BudgetMilestones(*resolved, *expect.expectations)) {
+    argv.push_back("--until");
+    argv.push_back(m);
+  }
   if (magnitude != 1.0) {
     argv.push_back("--magnitude");
     argv.push_back(fmt::format("{}", magnitude));
@@ -151,6 +175,10 @@ LabResult RunOne(const LabOptions& options, const std::string& file, const std::
         r.error = evidence.error().message;
       } else {
         r.check = CheckScenario(*world, *evidence, *resolved, *expect.expectations);
+        r.story = CheckStory(*world, *evidence, *resolved, *expect.expectations);
+        r.slowdown = world->time_compression > 0 && resolved->time_compression > 0
+                         ? resolved->time_compression / world->time_compression
+                         : 1.0;
         r.require_diagnosis = options.require_diagnosis;
         r.diagnosis = CheckDiagnoses(*world, *evidence, *resolved, *expect.expectations, /*replay=*/!sweep);
         if (sweep) {
@@ -212,6 +240,25 @@ std::vector<LabResult> RunLab(const LabOptions& options, std::FILE* out) {
   }
   for (const auto& file : options.files) {
     results.push_back(RunOne(options, file, parent, out, options.magnitude, false));
+    LabResult& first = results.back();
+    if (options.adapt && options.world_dir.empty() && first.outcome() == Outcome::kInvalid) {
+      const double pace = first.story->min_pace.value_or(kAdaptTargetPace / 2);
+      LabOptions slower = options;
+      slower.seed = first.seed;  // the same world, only slower
+      slower.slowdown = std::clamp(options.slowdown * kAdaptTargetPace / std::max(pace, 0.01),
+                                   options.slowdown * kAdaptMinSlowdown, options.slowdown * kAdaptMaxSlowdown);
+      const std::string why = fmt::format("{}", fmt::join(first.story->invalid, "; "));
+      fmt::print(out, "INVALID {} (seed {}): {}\n  running it again {:.1f}× slower\n", first.scenario, first.seed, why,
+                 slower.slowdown);
+      std::fflush(out);
+      if (!first.run_dir.empty() && !options.keep) {
+        std::error_code ec;
+        std::filesystem::remove_all(first.run_dir, ec);
+      }
+      LabResult again = RunOne(slower, file, parent, out, options.magnitude, false);
+      again.retried = why;
+      results.back() = std::move(again);
+    }
     if (options.json) {
       fmt::print(out, "{}\n", ResultJson(results.back()));
     } else {
@@ -220,6 +267,49 @@ std::vector<LabResult> RunLab(const LabOptions& options, std::FILE* out) {
     std::fflush(out);
   }
   return results;
+}
+
+std::string FormatSummary(const std::vector<LabResult>& results) {
+  std::string s = "\nworlds (scenario | result | what happened | verdict | first verdict / budget | pace)\n";
+  std::vector<std::string> advice;
+  for (const auto& r : results) {
+    const std::string name = r.scenario.empty() ? r.file : r.scenario;
+    std::string happened = "-", verdict = "-", first = "-", pace = "-";
+    if (r.story) {
+      if (!r.story->happened.empty()) happened = fmt::format("{}", fmt::join(r.story->happened, "; "));
+      if (r.story->min_pace) pace = fmt::format("{:.2f}", *r.story->min_pace);
+    }
+    if (r.slowdown > 1) pace += fmt::format(" ({:.1f}× slower)", r.slowdown);
+    if (r.diagnosis) {
+      std::vector<std::string> verdicts, firsts;
+      for (const auto& e : r.diagnosis->expected) {
+        if (e.matched) {
+          const Diagnosis& d = r.diagnosis->diagnoses[*e.matched];
+          verdicts.push_back(fmt::format("{} {}", VerdictName(d.verdict), CauseName(d.cause)));
+        } else {
+          verdicts.push_back(fmt::format("none (expected {})", e.expected));
+        }
+        if (e.budget) {
+          firsts.push_back(e.budget->used ? fmt::format("{:.3g} of {:g} {}", *e.budget->used, e.budget->allowed,
+                                                         e.budget->unit)
+                                          : fmt::format("never of {:g} {}", e.budget->allowed, e.budget->unit));
+        }
+      }
+      for (size_t i : r.diagnosis->extra) {
+        const Diagnosis& d = r.diagnosis->diagnoses[i];
+        verdicts.push_back(fmt::format("extra: {} {}", VerdictName(d.verdict), CauseName(d.cause)));
+      }
+      if (verdicts.empty()) verdicts.push_back("none");
+      verdict = fmt::format("{}", fmt::join(verdicts, ", "));
+      if (!firsts.empty()) first = fmt::format("{}", fmt::join(firsts, ", "));
+    }
+    const Outcome o = r.outcome();
+    s += fmt::format("  {} | {} | {} | {} | {} | {}\n", name, OutcomeName(o), happened, verdict, first, pace);
+    if (o == Outcome::kInvalid && r.story) advice.push_back(fmt::format("  {}: {}", name, Advice(r)));
+    if (o == Outcome::kError) advice.push_back(fmt::format("  {}: {}", name, r.error));
+  }
+  if (!advice.empty()) s += "what to do:\n" + fmt::format("{}\n", fmt::join(advice, "\n"));
+  return s;
 }
 
 std::string FormatDiagnosisTable(const std::vector<LabResult>& results) {
@@ -257,13 +347,59 @@ std::string FormatDiagnosisTable(const std::vector<LabResult>& results) {
   return s;
 }
 
+std::string_view OutcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kPass:
+      return "PASS";
+    case Outcome::kMissed:
+      return "MISSED";
+    case Outcome::kWrong:
+      return "WRONG";
+    case Outcome::kInvalid:
+      return "INVALID";
+    case Outcome::kSkip:
+      return "SKIP";
+    case Outcome::kError:
+      return "ERROR";
+  }
+  return "?";
+}
+
+Outcome LabResult::outcome() const {
+  if (!error.empty() || !check) return Outcome::kError;
+  if (story && !story->ok()) return Outcome::kInvalid;
+  if (require_diagnosis && diagnosis && !diagnosis->extra.empty()) return Outcome::kWrong;
+  const bool told = check->ok() && (!require_diagnosis || (diagnosis && diagnosis->ok()));
+  if (!told) {
+    // The expected verdict did not come in time, but the world ended inside its budget: the
+    // engine was not given the time the file allows it.
+    if (story && !story->uncovered.empty()) return Outcome::kInvalid;
+    return check->any_skipped() && (!require_diagnosis || (diagnosis && diagnosis->ok())) ? Outcome::kSkip
+                                                                                           : Outcome::kMissed;
+  }
+  return check->any_skipped() ? Outcome::kSkip : Outcome::kPass;
+}
+
 std::string FormatResult(const LabResult& r) {
   std::string s;
-  const char* status = !r.error.empty() ? "ERROR" : r.skipped() ? "SKIP" : r.ok() ? "PASS" : "FAIL";
-  s += fmt::format("{} {} (seed {}, {:.0f} s)\n", status, r.scenario.empty() ? r.file : r.scenario, r.seed,
-                   r.wall_seconds);
+  s += fmt::format("{} {} (seed {}, {:.0f} s{})\n", OutcomeName(r.outcome()), r.scenario.empty() ? r.file : r.scenario,
+                   r.seed, r.wall_seconds, r.slowdown > 1 ? fmt::format(", {:.1f}× slower", r.slowdown) : "");
   if (!r.error.empty()) s += fmt::format("  error: {}\n", r.error);
   if (!r.run_dir.empty()) s += fmt::format("  run directory: {}\n", r.run_dir);
+  if (!r.retried.empty()) s += fmt::format("  first run INVALID: {}\n", r.retried);
+  if (r.story) {
+    s += fmt::format("  story ({:.0f} s real of a planned {:.0f} s):\n", r.story->real_s, r.story->planned_real_s);
+    for (const auto& item : r.story->items) {
+      s += fmt::format("    [{}] {}: {}\n", item.ok ? "ok" : "NO", item.name, item.observed);
+    }
+    if (r.outcome() == Outcome::kInvalid) {
+      for (const auto& why : r.story->invalid) s += fmt::format("  INVALID: {}\n", why);
+      if (r.story->invalid.empty()) {
+        for (const auto& why : r.story->uncovered) s += fmt::format("  INVALID: {}\n", why);
+      }
+      s += fmt::format("  what to do: {}\n", Advice(r));
+    }
+  }
   if (!r.check) return s;
   for (const auto& w : r.check->world) {
     s += fmt::format("  [{}] {}: {}\n", w.ok ? "ok" : "NO", w.name, w.observed);
@@ -288,8 +424,29 @@ std::string ResultJson(const LabResult& r) {
   j["file"] = r.file;
   j["scenario"] = r.scenario;
   j["seed"] = r.seed;
+  j["result"] = OutcomeName(r.outcome());
   j["ok"] = r.ok();
   j["skipped"] = r.skipped();
+  if (r.slowdown > 1) j["slowdown"] = r.slowdown;
+  if (!r.retried.empty()) j["retried_after"] = r.retried;
+  if (r.story) {
+    nlohmann::json st{{"ok", r.story->ok()},
+                      {"invalid", r.story->invalid},
+                      {"uncovered", r.story->uncovered},
+                      {"happened", r.story->happened},
+                      {"real_s", r.story->real_s},
+                      {"planned_real_s", r.story->planned_real_s},
+                      {"starved_samples", r.story->starved},
+                      {"starved_samples_cpu_contended", r.story->starved_contended},
+                      {"host_load_scripted", r.story->host_load_scripted}};
+    if (r.story->min_pace) st["pace"] = *r.story->min_pace;
+    st["jobs"] = nlohmann::json::array();
+    for (const auto& p : r.story->paces) {
+      st["jobs"].push_back({{"job", p.job}, {"steps", p.steps}, {"scripted_step_s", p.scripted_s},
+                            {"achieved_step_s", p.achieved_s}, {"pace", p.pace()}});
+    }
+    j["story"] = st;
+  }
   j["wall_seconds"] = r.wall_seconds;
   if (!r.run_dir.empty()) j["run_dir"] = r.run_dir;
   if (r.magnitude != 1.0) j["magnitude"] = r.magnitude;

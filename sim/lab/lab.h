@@ -11,6 +11,7 @@
 
 #include "lab/diagnosis_check.h"
 #include "lab/signal_checks.h"
+#include "lab/story_check.h"
 
 namespace ithbat::sim::lab {
 
@@ -30,7 +31,30 @@ struct LabOptions {
   std::vector<double> sweep;
   bool require_diagnosis = false;  // a scenario passes only when the engine's diagnoses match too
   double probe_cost_ns = 0;        // > 0: ithbat-sim --probe-cost-ns (the agents' cost per probe hit)
+  double slowdown = 1.0;           // ithbat-sim --slowdown: every world this many times slower than its compression
+  // A world this machine could not tell the story of (INVALID) is run once more, slower by what
+  // its pace says (kAdaptTargetPace / pace, within [kAdaptMinSlowdown, kAdaptMaxSlowdown]).
+  bool adapt = false;
 };
+
+// The pace a world run again after an INVALID aims at, and the bounds of its slowdown: a world
+// whose demand on the CPUs scales with its time compression (launches, syncs, collectives per real
+// second) runs at about its pace × the slowdown; under 1.5 a retry would change too little, past 4
+// the demo's worlds take longer than a person waits for them.
+inline constexpr double kAdaptTargetPace = 0.8;
+inline constexpr double kAdaptMinSlowdown = 1.5;
+inline constexpr double kAdaptMaxSlowdown = 4.0;
+
+// What a world's run says, in four words (and two for runs that say nothing about the engine):
+//  PASS    the story happened and the engine said what it should, in time;
+//  MISSED  the story happened and an expected diagnosis did not come, or came late (or, without
+//          --require-diagnosis, the signals proving it were not in the stores);
+//  WRONG   the story happened and the engine gave a verdict the story does not support (a
+//          diagnosis no expectation matches: on a healthy job, or the wrong cause);
+//  INVALID the story did not happen (story_check.h): the engine cannot be judged on this world;
+//  SKIP    a cause the lab has no check for; ERROR the world could not run or be read.
+enum class Outcome { kPass, kMissed, kWrong, kInvalid, kSkip, kError };
+std::string_view OutcomeName(Outcome o);
 
 struct LabResult {
   std::string file;
@@ -42,16 +66,18 @@ struct LabResult {
   // The diagnosis engine's answer against the expect block (reported; the signal check decides
   // PASS/FAIL unless LabOptions::require_diagnosis).
   std::optional<DiagnosisCheck> diagnosis;
+  std::optional<StoryCheck> story;  // did the world tell its story
   bool require_diagnosis = false;
+  double slowdown = 1.0;            // how much slower than its compression the world ran
+  std::string retried;              // why a first run was INVALID, when this is the adapted rerun
   double wall_seconds = 0;
   std::string run_dir;             // where the run was (removed after a pass unless --keep)
   double magnitude = 1.0;
   std::set<std::string> expected_causes;  // sweep: cause names the file expects ({"none"} for a control)
   std::set<std::string> shown_causes;     // sweep: cause names whose signals the run showed ({"none"}: none)
-  bool ok() const {
-    return error.empty() && check && check->ok() && (!require_diagnosis || (diagnosis && diagnosis->ok()));
-  }
-  bool skipped() const { return error.empty() && check && check->any_skipped(); }
+  Outcome outcome() const;
+  bool ok() const { return outcome() == Outcome::kPass; }
+  bool skipped() const { return outcome() == Outcome::kSkip; }
 };
 
 // Runs every file in turn; progress and the report go to `out`. Returns one result per file.
@@ -61,6 +87,9 @@ std::vector<LabResult> RunLab(const LabOptions& options, std::FILE* out);
 // The table of every scenario's expected diagnoses → the engine's verdict, cause and time to the
 // first verdict (in the budget's unit), and its extra diagnoses (docs/diagnoses.md records it).
 std::string FormatDiagnosisTable(const std::vector<LabResult>& results);
+// One line per world: its result, what happened in its story, the verdict against the budget, and
+// the pace this machine ran it at; then what to do about an INVALID one.
+std::string FormatSummary(const std::vector<LabResult>& results);
 // The human report of one result (several lines).
 std::string FormatResult(const LabResult& r);
 // One JSON line: scenario, seed, ok, skipped, each finding with its signals and budget, the

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <random>
 
 #include <CLI/CLI.hpp>
@@ -33,6 +34,13 @@ int main(int argc, char** argv) {
                  "The agents' cost per launch-probe hit instead of their calibration: reproduce a machine whose "
                  "traps cost that (e.g. 1000: cheap traps, probes exact; the lab's 2-core VMs measure ~16000)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--slowdown", options.slowdown,
+                 "Run every world this many times slower than its time compression asks (a machine too slow for "
+                 "them)")
+      ->check(CLI::Range(1.0, 100.0));
+  app.add_flag("--adapt", options.adapt,
+               "Run a world this machine could not tell the story of (INVALID) once more, slower by what its pace "
+               "says");
   app.add_flag("--keep", options.keep, "Keep the run directories of scenarios that passed (failed ones are kept)");
   app.add_option("--world", options.world_dir, "Check this finished run directory of FILE instead of running it");
   app.add_option("--magnitude", options.magnitude,
@@ -114,13 +122,17 @@ int main(int argc, char** argv) {
     fmt::print("{} sweep run(s), {} could not run\n", results.size(), errors);
     return errors > 0 ? 1 : 0;
   }
-  if (!options.json) fmt::print("{}", ithbat::sim::lab::FormatDiagnosisTable(results));
-  int failed = 0, skipped = 0;
-  for (const auto& r : results) {
-    failed += r.ok() || r.skipped() ? 0 : 1;
-    skipped += r.skipped() ? 1 : 0;
+  if (!options.json) {
+    fmt::print("{}", ithbat::sim::lab::FormatDiagnosisTable(results));
+    fmt::print("{}", ithbat::sim::lab::FormatSummary(results));
   }
-  fmt::print("{} scenario(s): {} passed, {} failed, {} skipped\n", results.size(),
-             results.size() - static_cast<size_t>(failed + skipped), failed, skipped);
+  using ithbat::sim::lab::Outcome;
+  std::map<Outcome, int> count;
+  for (const auto& r : results) ++count[r.outcome()];
+  fmt::print("{} scenario(s): {} PASS, {} MISSED, {} WRONG, {} INVALID{}{}\n", results.size(), count[Outcome::kPass],
+             count[Outcome::kMissed], count[Outcome::kWrong], count[Outcome::kInvalid],
+             count[Outcome::kSkip] > 0 ? fmt::format(", {} SKIP", count[Outcome::kSkip]) : "",
+             count[Outcome::kError] > 0 ? fmt::format(", {} ERROR", count[Outcome::kError]) : "");
+  const int failed = static_cast<int>(results.size()) - count[Outcome::kPass] - count[Outcome::kSkip];
   return failed > 0 ? 1 : 0;
 }

@@ -109,6 +109,13 @@ Result<World> ParseWorld(std::string_view text) {
   w.root = Str(doc, "root");
   w.started = Int(doc, "started_ns", 0);
   w.ended = Int(doc, "ended_ns", 0);
+  w.stop_reason = Str(doc, "stop_reason");
+  w.duration_real_s = Num(doc, "duration_real_s", 0);
+  if (auto it = doc.find("story"); it != doc.end() && it->is_object()) {
+    for (const auto& u : List(*it, "untold")) {
+      if (u.is_string()) w.story_untold.push_back(u.get<std::string>());
+    }
+  }
   w.nodes = Each<WorldNode>(List(doc, "nodes"), [&](const json& n) {
     WorldNode node;
     node.name = Str(n, "name");
@@ -121,6 +128,10 @@ Result<World> ParseWorld(std::string_view text) {
   w.jobs = Each<WorldJob>(List(doc, "jobs"), [](const json& j) {
     WorldJob job;
     job.id = Str(j, "id");
+    job.scripted_start = Int(j, "scripted_start_ns", 0);
+    for (const auto& h : List(j, "held")) {
+      if (h.is_object()) job.held.emplace_back(Str(h, "reason"), Num(h, "real_s", 0));
+    }
     job.started = Int(j, "started_ns", 0);
     job.ended = Int(j, "ended_ns", 0);
     if (j.contains("exit_code") && j["exit_code"].is_number()) job.exit_code = j["exit_code"].get<int64_t>();
@@ -129,7 +140,7 @@ Result<World> ParseWorld(std::string_view text) {
                        Int(r, "pid")};
     });
     job.steps = Each<WorldStep>(List(j, "steps"), [](const json& s) {
-      return WorldStep{Int(s, "step"), Int(s, "start_ns", 0), Int(s, "end_ns", 0)};
+      return WorldStep{Int(s, "step"), Int(s, "start_ns", 0), Int(s, "end_ns", 0), Int(s, "planned_ns", 0)};
     });
     job.saves = Each<WorldSave>(List(j, "saves"), [](const json& s) {
       return WorldSave{Int(s, "step"), Int(s, "start_ns", 0), Int(s, "end_ns", 0)};
@@ -142,7 +153,8 @@ Result<World> ParseWorld(std::string_view text) {
   w.events = Each<WorldEvent>(List(doc, "events"), [](const json& e) {
     return WorldEvent{Str(e, "id"),         Str(e, "kind"),  Str(e, "node"),
                       Int(e, "gpu"),        Str(e, "nic"),   Str(e, "mount"),
-                      Str(e, "job"),        Int(e, "started_ns", 0), Int(e, "ended_ns", 0)};
+                      Str(e, "job"),        Int(e, "started_ns", 0), Int(e, "ended_ns", 0),
+                      Int(e, "fired_step")};
   });
   w.mounts = Each<WorldMount>(List(doc, "mounts"), [](const json& m) {
     WorldMount mount;

@@ -41,6 +41,7 @@ struct WorldStep {
   int64_t step = -1;
   TimeNs start = 0;
   TimeNs end = 0;
+  int64_t planned_ns = 0;  // the longest compute a rank planned for it (real ns); 0 = not recorded
 };
 
 struct WorldSave {
@@ -51,6 +52,8 @@ struct WorldSave {
 
 struct WorldJob {
   std::string id;
+  TimeNs scripted_start = 0;  // when the script starts it (0 = not recorded)
+  std::vector<std::pair<std::string, double>> held;  // what it waited for past its start, real seconds
   TimeNs started = 0;
   TimeNs ended = 0;  // 0 = still running when the world stopped
   std::optional<int64_t> exit_code;
@@ -82,6 +85,7 @@ struct WorldEvent {
   std::string job;
   TimeNs started = 0;
   TimeNs ended = 0;  // 0 = never ended
+  int64_t fired_step = -1;  // the step its job had completed when it fired (-1: no job, or not recorded)
 };
 
 struct WorldMount {
@@ -101,6 +105,9 @@ struct World {
   std::string root;
   TimeNs started = 0;
   TimeNs ended = 0;
+  std::string stop_reason;     // duration, jobs_ended, story_told, story_cap, signal, ...
+  double duration_real_s = 0;  // the planned real duration
+  std::vector<std::string> story_untold;  // what the story had not reached when the world stopped
   std::vector<WorldNode> nodes;
   std::vector<WorldJob> jobs;
   std::vector<WorldServer> servers;

@@ -82,6 +82,10 @@ void BuildApp(CLI::App& app, CliState& st) {
   st.demo_cmd->add_flag("--quick", st.demo_scenarios.quick, "Run each scenario's smaller CI configuration");
   st.demo_cmd->add_flag("--json", st.demo_scenarios.json, "One JSON line per scenario");
   st.demo_cmd->add_option("--seed", st.demo_scenarios.seed, "Seed for every scenario (default: the file's, else fresh)");
+  st.demo_cmd->add_option("--slowdown", st.demo_scenarios.slowdown,
+                          "Run every world this many times slower than its time compression (a machine too slow "
+                          "for them; a world found INVALID is rerun slower anyway)")
+      ->check(CLI::Range(1.0, 100.0));
   st.demo_cmd->add_flag("--local", st.demo_local, "Run the agent on this machine for a few seconds instead");
   st.demo_cmd->add_option("--seconds", st.demo_seconds, "With --local: how long to run")
       ->check(CLI::Range(1, 3600))

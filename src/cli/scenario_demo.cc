@@ -56,8 +56,12 @@ Result<std::string> ResolveScenarioArgument(const std::string& arg) {
 
 std::vector<std::string> LabArguments(const std::string& lab, const ScenarioDemoOptions& options,
                                       const std::vector<std::string>& files) {
-  std::vector<std::string> argv = {lab};
+  std::vector<std::string> argv = {lab, "--require-diagnosis", "--adapt"};
   if (options.quick) argv.push_back("--quick");
+  if (options.slowdown > 1.0) {
+    argv.push_back("--slowdown");
+    argv.push_back(fmt::format("{}", options.slowdown));
+  }
   if (options.json) argv.push_back("--json");
   if (options.seed) {
     argv.push_back("--seed");

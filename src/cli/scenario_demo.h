@@ -3,6 +3,9 @@
 // machine without GPUs. The simulator and the lab are test-side programs (sim/): nothing in
 // src/ links them, so the demo runs the lab binary (`ithbat-lab`) as a child and passes its
 // output through. SCENARIO is a file path or the name of a file in the scenarios directory.
+// The demo judges the engine: a world passes only when its story happened and the diagnoses
+// match (--require-diagnosis), and a world this machine could not tell the story of is run once
+// more, slower (--adapt; sim/lab/lab.h).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,6 +20,7 @@ struct ScenarioDemoOptions {
   bool quick = false;
   bool json = false;
   std::optional<uint64_t> seed;
+  double slowdown = 1.0;  // every world this many times slower than its compression
 };
 
 // Where the lab binary is: $ITHBAT_LAB, else next to this executable (`sim/ithbat-lab` in a build

@@ -39,9 +39,14 @@ TEST(ScenarioDemo, LabArgumentsCarryTheOptions) {
   o.quick = true;
   o.json = true;
   o.seed = 42;
+  o.slowdown = 2.5;
+  // The demo judges the engine (diagnoses required) and reruns a world the machine could not keep
+  // the pace of, slower.
   EXPECT_EQ(LabArguments("/x/ithbat-lab", o, {"a.yaml", "b.yaml"}),
-            (std::vector<std::string>{"/x/ithbat-lab", "--quick", "--json", "--seed", "42", "a.yaml", "b.yaml"}));
-  EXPECT_EQ(LabArguments("/x/ithbat-lab", ScenarioDemoOptions{}, {}), (std::vector<std::string>{"/x/ithbat-lab"}));
+            (std::vector<std::string>{"/x/ithbat-lab", "--require-diagnosis", "--adapt", "--quick", "--slowdown", "2.5",
+                                      "--json", "--seed", "42", "a.yaml", "b.yaml"}));
+  EXPECT_EQ(LabArguments("/x/ithbat-lab", ScenarioDemoOptions{}, {}),
+            (std::vector<std::string>{"/x/ithbat-lab", "--require-diagnosis", "--adapt"}));
 }
 
 TEST(ScenarioDemo, AMissingLabIsAClearError) {
