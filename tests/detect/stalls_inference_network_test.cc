@@ -496,6 +496,8 @@ struct NetSpec {
   double history_errors_per_s = 0;  // on the bad port from the start
   double history_wait_per_s = 0;    // on every port from the start (replaced by wait_per_s after the onset)
   double rate_share = 1.0;          // the bad port's rate after the onset
+  int steps_from = 0;               // the job's first step (the counter is 0 before)
+  int lone_error_at = -1;           // one background error on the bad port at this second
 };
 
 void AddNet(SyntheticFleet& f, const NetSpec& s) {
@@ -515,7 +517,7 @@ void AddNet(SyntheticFleet& f, const NetSpec& s) {
       std::vector<double> steps, launches;
       double st = 0;
       for (int i = 0; i < s.seconds; ++i) {
-        st += i < s.onset ? 2.0 : 2.0 / s.slowdown;
+        if (i >= s.steps_from) st += i < s.onset ? 2.0 : 2.0 / s.slowdown;
         steps.push_back(st);
         launches.push_back(100.0 * i);
       }
@@ -530,6 +532,7 @@ void AddNet(SyntheticFleet& f, const NetSpec& s) {
       double e = 0, w = 0, d = 0;
       for (int i = 0; i < s.seconds; ++i) {
         if (i == 5) e += 1;  // background
+        if (bad && i == s.lone_error_at) e += 1;
         if (bad && i >= s.onset) e += s.errors_per_s;
         if (bad) e += s.history_errors_per_s;
         if (bad && i == s.onset + 2) d += s.downs;
@@ -574,6 +577,22 @@ TEST(Network, LinkErrorsOnTheSlowRanksNicIsALinkFault) {
   EXPECT_EQ(Collectors(x), (std::set<std::string>{"node", "probes"}));
   // Errors evident within the window, the slowdown after kMinRateSpan.
   EXPECT_LE(x.provable_at, kT0 + (s.onset + 10) * kS);
+}
+
+// A lone background error shortly before a link starts to fail is not its onset: counted from
+// it, the job (whose first steps came 2 s before it) had no step rate before the onset to compare
+// with, and the lab's degrading-link world got no verdict.
+TEST(Network, ALoneErrorBeforeTheRiseIsNotItsOnset) {
+  NetSpec s;
+  s.bad = "n1/mlx5_1";
+  s.steps_from = 30;
+  s.lone_error_at = 32;
+  s.onset = 45;
+  s.seconds = 75;
+  auto out = RunNet(s);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].subjects.resource, "n1/mlx5_1");
+  EXPECT_GE(out[0].window.start, kT0 + s.onset * kS);
 }
 
 TEST(Network, LinkErrorEdge) {

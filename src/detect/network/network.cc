@@ -57,16 +57,25 @@ std::optional<Fault> Rising(const Samples& s, double min, double factor) {
     f.seen = x.t;
     f.observed = rate;
     f.expected = before;
+    // The onset: the first growth in the window that more growth follows within kOnsetClusterNs.
+    // A lone error before it is the port's background (a healthy link has a few an hour), not the
+    // start of the fault: a lab world whose background symbol error fell 17 s before its link
+    // began to degrade had its onset there, before the job's first steps, and no step rate
+    // before it to compare with (no verdict).
     std::optional<double> prev = SampleAt(s, a);
+    TimeNs first_growth = 0;
     for (const auto& y : s) {
-      if (y.t <= a) continue;
+      if (y.t <= a || y.t > x.t) continue;
       if (prev && y.v > *prev) {
-        f.onset = y.t;
-        break;
+        if (first_growth == 0) first_growth = y.t;
+        if (CounterGrowth(s, y.t, std::min(x.t, y.t + kOnsetClusterNs)) > 0) {
+          f.onset = y.t;
+          break;
+        }
       }
       prev = y.v;
     }
-    if (f.onset == 0) f.onset = a;
+    if (f.onset == 0) f.onset = first_growth != 0 ? first_growth : a;
     return f;
   }
   return std::nullopt;
@@ -303,6 +312,14 @@ class Fabric {
       any_fault = true;
       const Port& port = ports_.at(k);
       const Behind b = RanksBehind(job, {k}, fault->onset);
+      if (in_.trace != nullptr) {
+        in_.trace->push_back(fmt::format(
+            "network: job {} port {}: {} (onset {:.1f} s, seen {:.1f} s before now); {} rank(s) behind it, {} with "
+            "step rates on both sides, {} slowed by {:g}x (median {:.2f} -> {:.2f} steps/s)",
+            job.id, port.Name(), fault->what, static_cast<double>(in_.now - fault->onset) / 1e9,
+            static_cast<double>(in_.now - fault->seen) / 1e9, b.procs.size(), b.judged, b.slowed,
+            kCollectiveSlowdownFactor, b.before, b.after));
+      }
       if (b.judged == 0 || b.slowed < b.judged) continue;  // every rank behind it slowed
       Finding f;
       f.detector = "network";

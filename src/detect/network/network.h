@@ -27,6 +27,9 @@ namespace ithbat::detect {
 inline constexpr TimeNs kNetWindow = 20 * kNsPerSec;
 // A counter needs this much history before the window to have a rate to compare with.
 inline constexpr TimeNs kNetMinHistory = 10 * kNsPerSec;
+// A rise begins at a growth that more growth follows within this span: errors of a healthy link's
+// background come a few an hour, a failing link's several a second.
+inline constexpr TimeNs kOnsetClusterNs = 5 * kNsPerSec;
 // A link fault: at least this many symbol + receive errors in the window (a healthy link's
 // background is a few an hour: the simulator's background rate is one now and then) ...
 inline constexpr double kMinLinkErrors = 10;
