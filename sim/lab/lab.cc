@@ -63,7 +63,7 @@ std::string Advice(const LabResult& r) {
                        "(ithbat demo --quick --slowdown {:g}; make demo DEMO_ARGS='--quick --slowdown {:g}')",
                        *s.min_pace, r.slowdown > 1 ? fmt::format(" even {:g}× slower", r.slowdown) : "",
                        std::ceil(2 * r.slowdown / *s.min_pace) / 2, std::ceil(2 * r.slowdown / *s.min_pace) / 2);
-  if (s.starved + s.starved_contended > 0 && !s.host_load_scripted)
+  if (s.starved + s.starved_contended > 0 && s.host_load.empty())
     return "this machine could not feed the world's GPUs: close other programs, or run it slower "
            "(ithbat demo --quick --slowdown 2)";
   return "the world ended before its story: run it slower (ithbat demo --quick --slowdown 2), or, for a file of "
@@ -438,7 +438,7 @@ std::string ResultJson(const LabResult& r) {
                       {"planned_real_s", r.story->planned_real_s},
                       {"starved_samples", r.story->starved},
                       {"starved_samples_cpu_contended", r.story->starved_contended},
-                      {"host_load_scripted", r.story->host_load_scripted}};
+                      {"host_load", r.story->host_load}};
     if (r.story->min_pace) st["pace"] = *r.story->min_pace;
     st["jobs"] = nlohmann::json::array();
     for (const auto& p : r.story->paces) {

@@ -33,11 +33,19 @@ std::vector<ScriptedStep> ScriptedLossSteps(const ResolvedJob& job) {
   return out;
 }
 
-bool ScriptsHostLoad(const ResolvedScenario& s) {
+std::string ScriptedHostLoad(const ResolvedScenario& s) {
+  if (std::any_of(s.timeline.begin(), s.timeline.end(),
+                  [](const auto& e) { return e.kind == EventKind::kHostCpuContention; }))
+    return "a host_cpu_contention event";
   if (s.background.enabled && s.background.host_jitter_burst_ms > 0 && s.background.host_jitter_bursts_per_min > 0)
-    return true;
-  return std::any_of(s.timeline.begin(), s.timeline.end(),
-                     [](const auto& e) { return e.kind == EventKind::kHostCpuContention; });
+    return "host jitter bursts that stall ranks' threads";
+  for (const auto& job : s.jobs) {
+    const double loader_ms = job.data_loader.workers > 0
+                                 ? job.data_loader.cpu_ms_per_batch / static_cast<double>(job.data_loader.workers)
+                                 : job.data_loader.cpu_ms_per_batch;
+    if (loader_ms > job.work.compute_ms) return "job " + job.id + "'s data loader, slower than its GPU";
+  }
+  return "";
 }
 
 }  // namespace ithbat::scenario

@@ -4,6 +4,7 @@
 // runner waits for them before it ends a world (sim/runner/story.h); the lab checks afterwards
 // that they happened (sim/lab/story_check.h).
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "scenario/scenario.h"
@@ -34,9 +35,11 @@ struct ScriptedStep {
 };
 std::vector<ScriptedStep> ScriptedLossSteps(const ResolvedJob& job);
 
-// Whether the story loads the hosts' CPUs on purpose: a host_cpu_contention event, or host
-// jitter bursts that stall ranks' threads. Anywhere else a GPU starved of launches is the
-// machine running the world, not the story.
-bool ScriptsHostLoad(const ResolvedScenario& s);
+// How the story loads the hosts' CPUs on purpose ("" = it does not): a host_cpu_contention event,
+// host jitter bursts that stall ranks' threads, or a job whose data loader is slower than its GPU
+// (its workers burn a core each for longer than a step: the story then asks for more cores than
+// a small machine has, and sets the pace itself). Anywhere else a GPU starved of launches, or a
+// job far under its pace, is the machine running the world, not the story.
+std::string ScriptedHostLoad(const ResolvedScenario& s);
 
 }  // namespace ithbat::scenario

@@ -105,7 +105,8 @@ TEST(StoryCheck, AWholeStoryIsValidAndSaysWhatHappened) {
   EXPECT_TRUE(s.ok()) << fmt::format("{}", fmt::join(s.invalid, "; "));
   EXPECT_TRUE(s.uncovered.empty());
   EXPECT_TRUE(Mentions(s.happened, "xid-at-30")) << fmt::format("{}", fmt::join(s.happened, "; "));
-  EXPECT_TRUE(Mentions(s.happened, "explosion 35"));
+  EXPECT_TRUE(Mentions(s.happened, "train steps 1–40 (drift 20, explosion 35, NaN 40)"))
+      << fmt::format("{}", fmt::join(s.happened, "; "));
   ASSERT_TRUE(s.min_pace.has_value());
   EXPECT_NEAR(*s.min_pace, 1.0, 0.01);
 }

@@ -86,8 +86,9 @@ inline constexpr double kMinStarvedShareOfWait = 0.3;
 // of the sample interval is a host too busy to run it — other processes' doing, which the job
 // cannot fix by changing its code — and is left out. A launching thread that waits a quarter of
 // every second for a core cannot keep a GPU fed at a step of a second or less; a thread stalled
-// by its own work (Python, a lock, a sleep) is off the run queue. (A healthy job on a 2-core
-// machine with 16 ranks and a CPU hog beside it: its main threads waited 0.3–0.6 s a second.)
+// by its own work (Python, a lock, a sleep) is off the run queue. (Issue 27: case04 on a 2-core
+// machine its world overloaded — 32–48 rank processes — gave its healthy warm-up a host_bottleneck;
+// the fp8 run's rank 0 main thread had waited on the run queue 112 s of its 195.)
 inline constexpr double kContendedRunnableShare = 0.25;
 // ... on a node whose GPUs are busy on the whole while the job trains (mean utilisation from a tick
 // before its first collective, above this): mostly idle GPUs are an input-bound job (the stalls
