@@ -467,6 +467,14 @@ void Runtime::Impl::RunTicker() {
       tick_cv.wait_for(lock, std::chrono::nanoseconds(sleep), [&] { return stopping; });
     }
   }
+  lock.unlock();
+  // The self-metrics of a tick are written before its collect runs, so the last periodic sample
+  // can lag the last collect by one (a first collect longer than the interval leaves "up 0"
+  // stored although it succeeded). One more sample as the runtime stops, from this thread (one
+  // writer per series) and before Stop marks the collectors down, records how each collector
+  // really ended; `agent --once` prints exactly this.
+  const TimeNs stopped_at = NowNs();
+  for (auto& slot : slots) WriteSelf(*slot, stopped_at);
 }
 
 void Runtime::Impl::RunMaintenance() {

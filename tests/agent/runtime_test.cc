@@ -159,7 +159,9 @@ TEST(RuntimeTest, TicksAreAlignedToTheInterval) {
   auto up = sink.FindWith("ithbat_collector_up", {{"collector", "b"}});
   ASSERT_TRUE(up);
   ASSERT_FALSE(up->samples.empty());
-  for (auto [t, v] : up->samples) EXPECT_EQ(t % (50 * kNsPerMs), 0);
+  // Every periodic sample sits on a tick; the last one is written at Stop (the state the
+  // collector ended in).
+  for (size_t i = 0; i + 1 < up->samples.size(); ++i) EXPECT_EQ(up->samples[i].first % (50 * kNsPerMs), 0);
   EXPECT_EQ(sink.appends_not_newer(), 0u);
 
   const auto status = rt.Status();
@@ -236,6 +238,36 @@ TEST(RuntimeTest, FailingCollectorGoesDownAndRecovers) {
   EXPECT_TRUE(std::any_of(events.begin(), events.end(), [](const Event& e) {
     return e.kind == EventKind::kCollectorState && e.name == "flaky" && e.text == "up";
   }));
+}
+
+// The self-metrics of a tick are written before its collect runs, so after a first collect
+// longer than the interval the stored "up" lagged: 0 although every collect had succeeded
+// (CI saw `agent --once` print the GPU collector down). Stop writes how each collector ended.
+TEST(RuntimeTest, StopRecordsTheStateTheLastCollectLeft) {
+  FakeSink sink;
+  auto probe = std::make_shared<Probe>();
+  probe->hang_on_collect = 0;
+  RuntimeOptions o = FastOptions();
+  o.interval = 100 * kNsPerMs;
+  o.collect_deadline = 5 * kNsPerSec;  // slow, not hung
+  Runtime rt(sink, o);
+  ASSERT_TRUE(rt.Add(std::make_unique<TestCollector>("slow_start", probe)));
+  ASSERT_TRUE(rt.Start());
+  ASSERT_TRUE(WaitFor([&] { return probe->entered_hang.load(); }));
+  // Two ticks pass while the first collect is still running: both store "up 0".
+  ASSERT_TRUE(WaitFor([&] {
+    auto up = sink.FindWith("ithbat_collector_up", {{"collector", "slow_start"}});
+    return up && up->samples.size() >= 2;
+  }));
+  probe->gate.Open();
+  ASSERT_TRUE(WaitFor([&] { return rt.Status()[0].health.collects >= 2; }));
+  rt.Stop();
+
+  auto up = sink.FindWith("ithbat_collector_up", {{"collector", "slow_start"}});
+  ASSERT_TRUE(up);
+  EXPECT_EQ(up->samples.front().second, 0.0);
+  EXPECT_EQ(up->samples.back().second, 1.0);
+  EXPECT_EQ(sink.appends_not_newer(), 0u);
 }
 
 TEST(RuntimeTest, WatchdogMarksHungCollectorWhileOthersGoOn) {
