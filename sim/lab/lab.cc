@@ -61,7 +61,7 @@ std::string Advice(const LabResult& r) {
   if (s.min_pace && *s.min_pace < kMinPace)
     return fmt::format("this machine ran the world at {:.2f}× its pace{}: close other programs, or run it slower "
                        "(ithbat demo --quick --slowdown {:g}; make demo DEMO_ARGS='--quick --slowdown {:g}')",
-                       *s.min_pace, r.slowdown > 1 ? fmt::format(" even {:g}× slower", r.slowdown) : "",
+                       *s.min_pace, r.slowdown > 1 ? fmt::format(" even {:.1f}× slower", r.slowdown) : "",
                        std::ceil(2 * r.slowdown / *s.min_pace) / 2, std::ceil(2 * r.slowdown / *s.min_pace) / 2);
   if (s.starved + s.starved_contended > 0 && s.host_load.empty())
     return "this machine could not feed the world's GPUs: close other programs, or run it slower "
