@@ -614,6 +614,10 @@ struct Roaming {
   double mean_util;
   int starved;
   double cpu_pressure = std::nan("");  // PSI cpu some (avg10) mean; NaN: no PSI on the host
+  // Set where the node's work ~ lateness was significant only with the job's other nodes: the
+  // pooled correlation and what it needed.
+  double pooled_correlation = std::nan("");
+  double pooled_needed = std::nan("");
 };
 
 // The inconclusive finding: the ranks of `nodes` wait for a last rank that rotates, and neither
@@ -726,6 +730,18 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
     double imbalance_lag = 0, imbalance_rank_seconds = 0, host_lag = 0, host_rank_seconds = 0;
     std::vector<Roaming> roaming;  // roaming nodes not held back by a host: data_imbalance's candidates
     std::vector<Roaming> unexplained;  // roaming nodes nothing above explains: the inconclusive finding
+    std::vector<Roaming> not_yet_significant;  // the effect shown, too few points alone (below)
+    double pool_weighted = 0, pool_weights = 0;  // work ~ lateness over the job's judged nodes
+    int pool_nodes = 0;
+    // Not data_imbalance: inconclusive where the wait is material and nothing explains it.
+    auto unexplained_or_not = [&](Roaming& c) {
+      if (c.verdict.wait_share >= kUnexplainedWaitShare && !(c.work.cpu >= kHostCpuLagCorrelation)) {
+        // A host whose CPUs are contended delays its ranks' threads in turn: that explains a
+        // rotation too (the lab's worlds, 16–32 rank processes on 2 cores, run at 0.35–0.75).
+        c.cpu_pressure = CpuPressure(in.view, c.node, from, to);
+        if (!(c.cpu_pressure >= kHostCpuPressure)) unexplained.push_back(c);
+      }
+    };
     double max_corr = 0;
     std::vector<std::string> shown_on;  // nodes where data_imbalance's rotation was judged
     for (const auto& node : job.Nodes()) {
@@ -994,14 +1010,51 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
             wl.sampled_points, kMinWorkLagPoints, wl.spread, kMinWorkSpread, st.samples, st.contended));
       }
       // The work hardly differing (spread) is not what they wait for either.
-      if (wl.points >= kMinWorkLagPoints && wl.correlation >= RequiredWorkLagCorrelation(wl.points) &&
-          wl.spread >= kMinWorkSpread) {
+      const bool judged = wl.points >= kMinWorkLagPoints && wl.spread >= kMinWorkSpread;
+      const bool effect = judged && wl.correlation >= kWorkLagCorrelation;
+      if (judged && std::isfinite(wl.correlation)) {
+        pool_weighted += (static_cast<double>(wl.points) - 1) * wl.correlation;
+        pool_weights += static_cast<double>(wl.points) - 1;
+        ++pool_nodes;
+      }
+      if (effect && wl.correlation >= RequiredWorkLagCorrelation(wl.points)) {
         roaming.push_back(candidate);
-      } else if (v.wait_share >= kUnexplainedWaitShare && !(wl.cpu >= kHostCpuLagCorrelation)) {
-        // A host whose CPUs are contended delays its ranks' threads in turn: that explains a
-        // rotation too (the lab's worlds, 16–32 rank processes on 2 cores, run at 0.35–0.75).
-        candidate.cpu_pressure = CpuPressure(in.view, node, from, to);
-        if (!(candidate.cpu_pressure >= kHostCpuPressure)) unexplained.push_back(candidate);
+      } else if (effect) {
+        not_yet_significant.push_back(candidate);  // judged with the job's other nodes below
+      } else {
+        unexplained_or_not(candidate);
+      }
+    }
+    // The effect on every node, its significance over the job: a node that shows the effect
+    // (correlation at least kWorkLagCorrelation, work spread, points) on too few rank-ticks to be
+    // significant alone counts when the job's nodes are significant together. One job, one
+    // hypothesis (the data loader feeds every rank), rank-ticks of different ranks: the
+    // inverse-variance mean of the nodes' correlations (weights n−1, as the 1/√(n−1) standard
+    // error of RequiredWorkLagCorrelation) has the standard error 1/√Σ(n−1). Pooled over every
+    // node whose rotation was judged, not only those above the floor: chosen for their
+    // correlation, a few of a large job's nodes clear 0.2 by chance (one in six at 25 points)
+    // and their mean would too. A two-node case01 world at its 30-step budget: 0.24 over 22
+    // points and 0.27 over 26, each short of its own 0.36 and 0.33, 0.26 together against 0.24
+    // (docs/diagnoses.md, issue 27).
+    if (!not_yet_significant.empty()) {
+      const double pooled = pool_weights > 0 ? pool_weighted / pool_weights : 0;
+      const double needed =
+          std::max(kWorkLagCorrelation, kWorkLagSignificance / std::sqrt(std::max(pool_weights, 1.0)));
+      const bool together = pooled >= needed;
+      if (in.trace != nullptr) {
+        in.trace->push_back(fmt::format(
+            "stragglers: job {}: work ~ lateness {:.2f} over its {} judged node(s) ({:.0f} points; needs {:.2f}): {}",
+            job.id, pooled, pool_nodes, pool_weights + pool_nodes, needed,
+            together ? "significant together" : "not significant together"));
+      }
+      for (auto& c : not_yet_significant) {
+        if (together) {
+          c.pooled_correlation = pooled;
+          c.pooled_needed = needed;
+          roaming.push_back(std::move(c));
+        } else {
+          unexplained_or_not(c);
+        }
       }
     }
     // data_imbalance: on every node it names, the last rank roams and its lateness follows its work.
@@ -1037,14 +1090,20 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
                         "launches while peers waited ({} starved samples)",
                         c.node, 100 * c.mean_util, c.starved),
             w));
+        const bool pooled = std::isfinite(c.pooled_correlation);
         imbalance.evidence.push_back(MakeEvidence(
             "ithbat_probe_grid_blocks_total", kCollectorProbes, c.node, c.work.correlation,
-            RequiredWorkLagCorrelation(c.work.points), "correlation",
+            pooled ? kWorkLagCorrelation : RequiredWorkLagCorrelation(c.work.points), "correlation",
             fmt::format("{}: a rank's lateness follows its work — correlation {:.2f} between "
                         "the thread blocks it launched and how late it arrived ({} rank-ticks; "
-                        "{:.2f} before holding its main thread's CPU waits fixed); the ranks' "
+                        "{:.2f} before holding its main thread's CPU waits fixed){}; the ranks' "
                         "work per tick varies by {:.0f}% (coefficient of variation)",
-                        c.node, c.work.correlation, c.work.points, c.work.raw, 100 * c.work.spread),
+                        c.node, c.work.correlation, c.work.points, c.work.raw,
+                        pooled ? fmt::format(", significant with the job's other nodes (together {:.2f}, "
+                                             "needs {:.2f})",
+                                             c.pooled_correlation, c.pooled_needed)
+                               : std::string(),
+                        100 * c.work.spread),
             w));
         imbalance_lag += c.lag;
         imbalance_rank_seconds += c.rank_seconds;
