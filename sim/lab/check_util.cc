@@ -127,6 +127,25 @@ std::optional<BudgetResult> Budget(const World& world, const scenario::ResolvedS
   return r;
 }
 
+std::optional<TimeNs> BudgetEnd(const World& world, const scenario::ResolvedScenario& resolved,
+                                const scenario::ExpectedBudget& b, const WorldJob* job, TimeNs limit) {
+  if (!b.unit) return std::nullopt;
+  auto start = BudgetStart(world, resolved, b, job);
+  if (!start || *start > limit) return std::nullopt;
+  auto within = [&](TimeNs t) {
+    auto r = Budget(world, resolved, b, job, t);
+    return r && r->used && *r->used <= r->allowed;
+  };
+  if (!within(*start)) return std::nullopt;
+  if (within(limit)) return limit;  // the world ended inside the budget
+  // Used grows with the instant (steps, saves or seconds since the start): bisect to 1 ms.
+  TimeNs in = *start, out = limit;
+  while (out - in > kNsPerMs) {
+    const TimeNs mid = in + (out - in) / 2;
+    (within(mid) ? in : out) = mid;
+  }
+  return in;
+}
 
 // The first logged step whose loss is not finite or above kLossSpikeFactor × the lowest so far.
 std::optional<std::pair<int64_t, TimeNs>> Divergence(const Evidence& evidence, const WorldJob& job) {

@@ -45,6 +45,11 @@ std::string UnitName(scenario::BudgetUnit u);
 std::optional<BudgetResult> Budget(const World& world, const scenario::ResolvedScenario& resolved,
                                    const scenario::ExpectedBudget& b, const WorldJob* job,
                                    std::optional<TimeNs> seen);
+// The last instant (at most limit) at which a verdict would still be within the budget: the
+// allowed steps, saves or seconds counted from the budget's start. Unset without a budget or
+// where the budget has not started by limit.
+std::optional<TimeNs> BudgetEnd(const World& world, const scenario::ResolvedScenario& resolved,
+                                const scenario::ExpectedBudget& b, const WorldJob* job, TimeNs limit);
 // The first logged step whose loss is not finite or above kLossSpikeFactor × the lowest so far.
 std::optional<std::pair<int64_t, TimeNs>> Divergence(const Evidence& evidence, const WorldJob& job);
 

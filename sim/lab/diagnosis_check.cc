@@ -214,6 +214,21 @@ DiagnosisCheck CheckDiagnoses(const World& world, const Evidence& evidence, cons
       if (!e.first_verdict && e.matched) e.first_verdict = end;
       const auto& f = expect.findings[k];
       e.budget = Budget(world, resolved, f.budget, world.Job(f.job), e.first_verdict);
+      // A verdict that came, but after its budget: what the detectors measured when the budget
+      // ran out says which condition it was still waiting for (the end round's trace cannot).
+      if (e.matched && e.budget && !e.budget->ok()) {
+        if (auto at = BudgetEnd(world, resolved, f.budget, world.Job(f.job), end)) {
+          std::vector<std::string> why;
+          investigate::InvestigateOptions traced_at;
+          traced_at.trace = &why;
+          (void)investigate::DiagnoseAsOf(evidence, world.started, *at, traced_at);
+          ++c.replays;
+          c.trace.push_back(fmt::format("as the budget of {} ran out ({:g} {}, {:.1f} s into the world):",
+                                        e.expected, e.budget->allowed, e.budget->unit,
+                                        static_cast<double>(*at - world.started) / 1e9));
+          for (auto& line : why) c.trace.push_back(std::move(line));
+        }
+      }
     }
   }
   c.engine_seconds = CpuSeconds() - cpu0;

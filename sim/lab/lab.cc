@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -28,8 +29,12 @@ namespace ithbat::sim::lab {
 namespace {
 
 volatile std::sig_atomic_t g_child = 0;
+// The signal that stopped a world (SIGINT from the terminal, SIGTERM from a CI timeout): the
+// person or the job wants the lab to stop, not a slower rerun of a world they cut short.
+volatile std::sig_atomic_t g_interrupted = 0;
 
 void ForwardSignal(int sig) {
+  g_interrupted = sig;
   if (g_child > 0) kill(static_cast<pid_t>(g_child), sig);
 }
 
@@ -163,7 +168,9 @@ LabResult RunOne(const LabOptions& options, const std::string& file, const std::
     argv.push_back(options.ithbat_binary);
   }
   r.sim_exit = options.world_dir.empty() ? RunChild(argv) : 0;
-  if (r.sim_exit != 0) {
+  if (g_interrupted != 0) {
+    r.error = fmt::format("interrupted by {} while the world ran; not judged", strsignal(g_interrupted));
+  } else if (r.sim_exit != 0) {
     r.error = fmt::format("ithbat-sim exited with {}", r.sim_exit);
   } else {
     auto world = ReadWorld(run_dir + "/world.json");
@@ -225,6 +232,7 @@ std::vector<LabResult> RunLab(const LabOptions& options, std::FILE* out) {
     for (const auto& file : options.files) {
       for (double m : options.sweep) {
         results.push_back(RunOne(options, file, parent, out, m, true));
+        if (g_interrupted != 0) break;
         const LabResult& r = results.back();
         SweepRun s{r.scenario.empty() ? file : r.scenario, r.seed, m, r.error.empty() && r.check.has_value(), r.error,
                    r.expected_causes, r.shown_causes};
@@ -234,6 +242,7 @@ std::vector<LabResult> RunLab(const LabOptions& options, std::FILE* out) {
                    s.ran ? "" : " ERROR " + s.error);
         std::fflush(out);
       }
+      if (g_interrupted != 0) break;
     }
     fmt::print(out, "{}", FormatSweep(runs));
     return results;
@@ -241,6 +250,12 @@ std::vector<LabResult> RunLab(const LabOptions& options, std::FILE* out) {
   for (const auto& file : options.files) {
     results.push_back(RunOne(options, file, parent, out, options.magnitude, false));
     LabResult& first = results.back();
+    if (g_interrupted != 0) {
+      fmt::print(out, "{}", FormatResult(first));
+      fmt::print(out, "lab: stopped by {}; the worlds after {} were not run\n", strsignal(g_interrupted), file);
+      std::fflush(out);
+      break;
+    }
     if (options.adapt && options.world_dir.empty() && first.outcome() == Outcome::kInvalid) {
       const double pace = first.story->min_pace.value_or(kAdaptTargetPace / 2);
       LabOptions slower = options;

@@ -176,7 +176,11 @@ StoryCheck CheckStory(const World& world, const Evidence& evidence, const scenar
       continue;
     }
     const int64_t last = LastStepReached(*wj);
-    std::string ran = fmt::format("steps {}–{}", scenario::FirstStep(job), last);
+    // A job killed before its first step (the world stopped early) did no steps at all.
+    const std::string steps = last >= scenario::FirstStep(job)
+                                  ? fmt::format("steps {}–{}", scenario::FirstStep(job), last)
+                                  : std::string("no steps");
+    std::string ran = steps;
     if (wj->scripted_start > 0 && wj->started > wj->scripted_start + kNsPerSec) {
       ran += fmt::format(", started {:.0f} s after its scripted start",
                          static_cast<double>(wj->started - wj->scripted_start) / 1e9 * world.time_compression);
@@ -196,7 +200,7 @@ StoryCheck CheckStory(const World& world, const Evidence& evidence, const scenar
                                         last, at.step, at.what));
     }
     out.items.push_back({fmt::format("job {} ran its scripted steps", job.id), all, ran, std::nullopt});
-    out.happened.push_back(fmt::format("{} steps {}–{}{}", job.id, scenario::FirstStep(job), last,
+    out.happened.push_back(fmt::format("{} {}{}", job.id, steps,
                                        moments.empty() ? "" : fmt::format(" ({})", fmt::join(moments, ", "))));
   }
   for (const auto& sv : world.servers) {

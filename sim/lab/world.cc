@@ -111,6 +111,14 @@ Result<World> ParseWorld(std::string_view text) {
   w.ended = Int(doc, "ended_ns", 0);
   w.stop_reason = Str(doc, "stop_reason");
   w.duration_real_s = Num(doc, "duration_real_s", 0);
+  // The judges replay the world second by second from its start: a world that never started
+  // (its set-up failed) or whose clock is not a run's has nothing to judge, and replaying it
+  // from 1970 would not end.
+  if (w.started <= 0 || w.ended < w.started || w.ended - w.started > kMaxWorldSpanNs) {
+    return MakeErrorF(ErrorCode::kInvalidArgument,
+                      "world.json: the world has no run to judge (started_ns {}, ended_ns {}, stop reason '{}')",
+                      w.started, w.ended, w.stop_reason.empty() ? "none" : w.stop_reason);
+  }
   if (auto it = doc.find("story"); it != doc.end() && it->is_object()) {
     for (const auto& u : List(*it, "untold")) {
       if (u.is_string()) w.story_untold.push_back(u.get<std::string>());

@@ -121,7 +121,12 @@ struct World {
   const WorldMount* Mount(std::string_view name) const;
 };
 
+// The longest world the lab judges: a day of real time (the longest lab world runs minutes; a
+// longer span is a clock that was not the run's).
+inline constexpr TimeNs kMaxWorldSpanNs = 24 * 3600 * kNsPerSec;
 // Parses world.json text. Bounded: at most 64 MiB, and every list is checked as it is read.
+// Errors where the text is not a world.json or its world never ran (started_ns unset, ended_ns
+// before it, or a span over kMaxWorldSpanNs): there is nothing to judge.
 Result<World> ParseWorld(std::string_view json);
 Result<World> ReadWorld(const std::string& path);
 

@@ -2,9 +2,11 @@
 // on the look-alike that lacks it (persistent instead of roaming, slow saves without a
 // latency rise, a loss that never spikes, a rerun that diverges elsewhere).
 #include "lab/signal_checks.h"
+#include "lab/check_util.h"
 
 #include <cmath>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "sim_lab/synthetic_stores.h"
@@ -317,6 +319,44 @@ TEST(SignalChecks, WorldParsesAndDerivesDataDirs) {
   EXPECT_EQ(w->Mount("m")->node_paths[0].second, "/r/nodes/a/fs/m");
   EXPECT_FALSE(ParseWorld("[1,2]").has_value());
   EXPECT_FALSE(ParseWorld("{").has_value());
+}
+
+// A world whose set-up failed never started: judging it replayed the engine every 2 s from 1970
+// (a re-judge of such a kept world ran for hours). It is an error that says why.
+TEST(SignalChecks, AWorldThatNeverStartedIsNotJudged) {
+  auto never = ParseWorld(R"({"scenario":"s","seed":1,"root":"/r","started_ns":0,"ended_ns":1796525915318178578,
+    "stop_reason":"setup_failed","nodes":[],"jobs":[],"mounts":[],"events":[]})");
+  ASSERT_FALSE(never.has_value());
+  EXPECT_THAT(never.error().message, ::testing::HasSubstr("no run to judge"));
+  EXPECT_THAT(never.error().message, ::testing::HasSubstr("setup_failed"));
+  EXPECT_FALSE(ParseWorld(R"({"scenario":"s","started_ns":9,"ended_ns":5})").has_value());
+  EXPECT_FALSE(ParseWorld(R"({"scenario":"s","started_ns":1,"ended_ns":1796525915318178578})").has_value());
+  EXPECT_TRUE(ParseWorld(R"({"scenario":"s","started_ns":5,"ended_ns":5})").has_value());
+}
+
+// Where a verdict came after its budget, the lab traces the detectors as the budget ran out: the
+// last instant a verdict still counted, found by bisection on the budget's own count.
+TEST(SignalChecks, TheBudgetEndsJustBeforeTheStepPastIt) {
+  auto w = ParseWorld(R"({"scenario":"s","started_ns":1000000000,"ended_ns":60000000000,
+    "jobs":[{"id":"j","ranks":[],"steps":[
+      {"step":1,"start_ns":10000000000,"end_ns":19000000000},{"step":2,"start_ns":20000000000,"end_ns":29000000000},
+      {"step":3,"start_ns":30000000000,"end_ns":39000000000},{"step":4,"start_ns":40000000000,"end_ns":49000000000},
+      {"step":5,"start_ns":50000000000,"end_ns":59000000000}]}]})");
+  ASSERT_TRUE(w.has_value()) << w.error().message;
+  scenario::ExpectedBudget b;
+  b.unit = scenario::BudgetUnit::kSteps;
+  b.value = 3;
+  b.from = scenario::BudgetFrom::kStart;
+  const scenario::ResolvedScenario resolved;
+  auto end = BudgetEnd(*w, resolved, b, w->Job("j"), w->ended);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_LT(*end, 40 * kNsPerSec);               // step 4 would be the fourth
+  EXPECT_GE(*end, 40 * kNsPerSec - kNsPerMs);    // ... to the millisecond
+  // A world that ended inside the budget: its end.
+  EXPECT_EQ(BudgetEnd(*w, resolved, b, w->Job("j"), 35 * kNsPerSec), 35 * kNsPerSec);
+  // No budget, or one that has not started by then: none.
+  EXPECT_FALSE(BudgetEnd(*w, resolved, scenario::ExpectedBudget{}, w->Job("j"), w->ended).has_value());
+  EXPECT_FALSE(BudgetEnd(*w, resolved, b, w->Job("j"), 5 * kNsPerSec).has_value());
 }
 
 }  // namespace
