@@ -737,7 +737,8 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
     auto unexplained_or_not = [&](Roaming& c) {
       if (c.verdict.wait_share >= kUnexplainedWaitShare && !(c.work.cpu >= kHostCpuLagCorrelation)) {
         // A host whose CPUs are contended delays its ranks' threads in turn: that explains a
-        // rotation too (the lab's worlds, 16–32 rank processes on 2 cores, run at 0.35–0.75).
+        // rotation too (more runnable threads than cores: each rank waits its turn on the run
+        // queue, and whose turn comes last changes from step to step).
         c.cpu_pressure = CpuPressure(in.view, c.node, from, to);
         if (!(c.cpu_pressure >= kHostCpuPressure)) unexplained.push_back(c);
       }
@@ -1033,9 +1034,7 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
     // error of RequiredWorkLagCorrelation) has the standard error 1/√Σ(n−1). Pooled over every
     // node whose rotation was judged, not only those above the floor: chosen for their
     // correlation, a few of a large job's nodes clear 0.2 by chance (one in six at 25 points)
-    // and their mean would too. A two-node case01 world at its 30-step budget: 0.24 over 22
-    // points and 0.27 over 26, each short of its own 0.36 and 0.33, 0.26 together against 0.24
-    // (docs/diagnoses.md, issue 27).
+    // and their mean would too. Where this was measured: docs/diagnoses.md.
     if (!not_yet_significant.empty()) {
       const double pooled = pool_weights > 0 ? pool_weighted / pool_weights : 0;
       const double needed =
