@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "collect/joblog/text/redact.h"
+
 namespace ithbat::collect::joblog {
 namespace {
 
@@ -127,14 +129,15 @@ TEST(LineAssemblerTest, OneMegabyteLineIsCutAtTheBoundAndCounted) {
     EXPECT_LE(a.pending_bytes(), kBound);
   }
   ASSERT_EQ(out.size(), 1u);  // emitted when it outgrew the bound, not at its end
-  EXPECT_EQ(out[0].text.size(), kBound);
+  // One unfinished word without delimiters: it loses its last kMaxOpenWordBytes (redact.h).
+  EXPECT_EQ(out[0].text.size(), kBound - kMaxOpenWordBytes);
   EXPECT_TRUE(out[0].truncated);
   a.Feed("tail\nnext line\n", 200, out);
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[1].text, "next line");
   EXPECT_FALSE(out[1].truncated);
   EXPECT_EQ(a.truncated_lines(), 1u);
-  EXPECT_EQ(a.dropped_bytes(), fed + 4 - kBound);
+  EXPECT_EQ(a.dropped_bytes(), fed + 4 - (kBound - kMaxOpenWordBytes));
 }
 
 TEST(LineAssemblerTest, LineOfExactlyTheBoundIsNotTruncated) {
@@ -144,9 +147,10 @@ TEST(LineAssemblerTest, LineOfExactlyTheBoundIsNotTruncated) {
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].text, "12345678");
   EXPECT_FALSE(out[0].truncated);
-  EXPECT_EQ(out[1].text, "12345678");
+  // Cut inside its only word: the unfinished word is dropped, the line says it was cut.
+  EXPECT_EQ(out[1].text, "");
   EXPECT_TRUE(out[1].truncated);
-  EXPECT_EQ(a.dropped_bytes(), 1u);
+  EXPECT_EQ(a.dropped_bytes(), 9u);
 }
 
 TEST(LineAssemblerTest, BinaryGarbageStaysBoundedAndPrintable) {
@@ -197,6 +201,35 @@ TEST(LineAssemblerTest, ACutNeverKeepsHalfAToken) {
   EXPECT_EQ(out[0].text, "using token ");
   EXPECT_TRUE(out[0].truncated);
   EXPECT_EQ(a.dropped_bytes(), std::string("hf_AbCdEfGhIjKlMnOpQrStUv now").size());
+}
+
+TEST(LineAssemblerTest, ACutNeverKeepsHalfAUrlPassword) {
+  // Token characters alone would stop at '$': the unfinished word goes whole.
+  LineAssembler a(36);
+  std::vector<AssembledLine> out;
+  a.Feed("connect to postgres://admin:pa$$w0rd!@db:5432/x failed\n", 1, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].text, "connect to ");
+  EXPECT_TRUE(out[0].truncated);
+}
+
+TEST(LineAssemblerTest, CutEmitsThePendingLineAsCut) {
+  // Bytes after the pending text were lost: its last word may be half a secret.
+  LineAssembler a;
+  std::vector<AssembledLine> out;
+  a.Feed("login with glpat-AbCdEf", 1, out);
+  a.Cut(2, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].text, "login with ");
+  EXPECT_TRUE(out[0].truncated);
+  EXPECT_EQ(a.truncated_lines(), 1u);
+  EXPECT_EQ(a.pending_bytes(), 0u);
+  // Flush is an end, not a loss: the line is whole.
+  a.Feed("last words", 3, out);
+  a.Flush(4, out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].text, "last words");
+  EXPECT_FALSE(out[1].truncated);
 }
 
 }  // namespace

@@ -159,19 +159,159 @@ TEST(RedactTest, ManyJwtStartsInOneRunAreScannedOnce) {
   EXPECT_EQ(jwt, line + " [REDACTED]");
 }
 
-TEST(RedactTest, SecretSafeCutNeverKeepsHalfAToken) {
-  const std::string line = "error while using hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345 to download";
-  const size_t in_token = line.find("hf_") + 8;
-  const size_t cut = SecretSafeCut(line, in_token);
-  EXPECT_EQ(cut, line.find("hf_")) << "the cut backs off to before the token";
-  EXPECT_EQ(SecretSafeCut(line, line.size()), line.size());
-  EXPECT_EQ(SecretSafeCut(line, 5), 5u) << "between words: cut where asked";
-  // A run longer than 64 bytes keeps its first part: long enough for every token rule.
-  const std::string long_run = "x " + std::string(100, 'a');
-  EXPECT_EQ(SecretSafeCut(long_run, 90), 90u);
-  // UTF-8: never inside a sequence.
-  const std::string utf8 = "loss \xc3\xa9t\xc3\xa9";
-  EXPECT_EQ(SecretSafeCut(utf8, 6), 5u);
+TEST(RedactTest, ExcerptsAreRedactedBeforeTheyAreCut) {
+  // A URL password across the cut: cut first, "pa$$" would be kept (no '@' left to see).
+  const std::string line = "connect failed: postgres://admin:pa$$w0rd!@db.internal:5432/train";
+  const size_t in_password = line.find("pa$$") + 4;
+  EXPECT_EQ(RedactedExcerpt(line, in_password), "connect failed: postgres://admin:") << "cut before the marker";
+  EXPECT_EQ(RedactedExcerpt(line, 1000), "connect failed: postgres://admin:[REDACTED]@db.internal:5432/train");
+  // Never inside a marker, never inside a UTF-8 sequence.
+  const std::string redacted = "password=[REDACTED] rest";
+  EXPECT_EQ(RedactedExcerpt("password=hunter2 rest", 12), "password=");
+  EXPECT_EQ(RedactedExcerpt("password=hunter2 rest", redacted.size()), redacted);
+  EXPECT_EQ(RedactedExcerpt("loss \xc3\xa9t\xc3\xa9", 6), "loss ");
+}
+
+TEST(RedactTest, ACutLineLosesItsUnfinishedLastWord) {
+  EXPECT_EQ(OpenTailStart("error at postgres://admin:pa"), std::string("error at ").size());
+  EXPECT_EQ(OpenTailStart("ends with a space "), std::string("ends with a space ").size());
+  EXPECT_EQ(OpenTailStart(""), 0u);
+  // One word longer than kMaxOpenWordBytes: cut after its last delimiter in the window.
+  std::string json = "{";
+  while (json.size() < 3 * kMaxOpenWordBytes) json += "\"k\":1,";
+  json += "\"url\":\"https://u:pa";
+  EXPECT_EQ(OpenTailStart(json), json.rfind('"') + 1) << "after the quote that opens the URL";
+  // No delimiter at all: at most kMaxOpenWordBytes are lost.
+  const std::string blob(3 * kMaxOpenWordBytes, 'a');
+  EXPECT_EQ(OpenTailStart(blob), blob.size() - kMaxOpenWordBytes);
+}
+
+TEST(RedactTest, KeysThatAreOneWord) {
+  EXPECT_EQ(Redacted("PGPASSWORD=pg-s3cret psql -h db"), "PGPASSWORD=[REDACTED] psql -h db");
+  EXPECT_EQ(Redacted("export REDISCLI_AUTH=r3dis!"), "export REDISCLI_AUTH=[REDACTED]");
+  EXPECT_EQ(Redacted("CLIENTSECRET: abcd1234"), "CLIENTSECRET: [REDACTED]");
+  EXPECT_EQ(Redacted("SECRET_KEY_BASE=9f8e7d6c5b4a"), "SECRET_KEY_BASE=[REDACTED]");
+  EXPECT_EQ(Redacted("Server=db;Database=x;Uid=sa;Pwd=Sql!Pass;"), "Server=db;Database=x;Uid=sa;Pwd=[REDACTED];");
+  EXPECT_EQ(Redacted("PWD=/home/alice/run OLDPWD=/home/alice"), "PWD=/home/alice/run OLDPWD=/home/alice");
+  EXPECT_EQ(Redacted("Cookie: theme=dark; sessionid=abc123xyz"), "Cookie: [REDACTED]");
+  EXPECT_EQ(Redacted("docker config {\"auths\": {\"r.io\": {\"auth\": \"YWxpY2U6czNjcjN0cGFzcw==\"}}}"),
+            "docker config {\"auths\": {\"r.io\": {\"auth\": \"[REDACTED]\"}}}");
+}
+
+TEST(RedactTest, ValuesThatCannotBeSecretsAreKept) {
+  const std::string kKeep[] = {
+      "use_auth_token=None token=None api_key: null",
+      "password_required: false, auth: none, auth: true",
+      "api_key: ${OPENAI_API_KEY} password: <redacted> secret: ***",
+      "HF_TOKEN=$HF_TOKEN_FROM_VAULT DB_PASSWORD=${DB_PASSWORD:?must be set}",
+      "ssl_key=/etc/ssl/private/server.key client_secret: ./secrets/client.json",
+      "docker run -u 1000:1000 --user 1000:1000 img",
+  };
+  for (const std::string& line : kKeep) EXPECT_EQ(Redacted(line), line);
+}
+
+TEST(RedactTest, APemHeaderIsAHeader) {
+  // Found by redact_fuzz: a malformed header reached over a token to the next "-----".
+  EXPECT_EQ(Redacted("-----BEGIN PRIVATE KEY----% AKIAQ3EGRT7HJ5KLMN2P x-----"),
+            "-----BEGIN PRIVATE KEY----% [REDACTED] x-----");
+}
+
+TEST(RedactTest, AnEmptyValueDoesNotSwallowTheNextKey) {
+  // Found by redact_fuzz: the flag after "password= " was taken as its value.
+  EXPECT_EQ(Redacted("password= --hf-token Zq8Wm3Xn7Bv2Cl5Kj9Hg x"), "password= --hf-token [REDACTED] x");
+  EXPECT_EQ(Redacted("secret= 'api_key': 'k3yV4lu3'"), "secret= 'api_key': '[REDACTED]'");
+  EXPECT_EQ(Redacted("PASS= PGPASSWORD=pg-S3cr3t"), "PASS= PGPASSWORD=[REDACTED]");
+  // A value that merely looks like a key=value is still this key's value.
+  EXPECT_EQ(Redacted("password: c2VjcmV0= rest"), "password: [REDACTED] rest");
+}
+
+TEST(RedactTest, ShellDefaultsAreValues) {
+  EXPECT_EQ(Redacted("DB_PASSWORD=${DB_PASSWORD:-hunter2} x"), "DB_PASSWORD=${DB_PASSWORD:-[REDACTED]} x");
+  // A value judged harmless is still scanned: a token inside it is found.
+  EXPECT_EQ(Redacted("--user \"bob ghp_0123456789abcdefghijABCDEFGHIJklmnop\""), "--user \"bob [REDACTED]\"");
+}
+
+TEST(RedactTest, UrlPasswordsWithReservedCharacters) {
+  EXPECT_EQ(Redacted("mysql://root:p@ss@word@db:3306/x"), "mysql://root:[REDACTED]@db:3306/x");
+  EXPECT_EQ(Redacted("redis://:r3dis/pw#1@cache:6379/0"), "redis://:[REDACTED]@cache:6379/0");
+  EXPECT_EQ(Redacted("postgres://ml:p@ss/w0rd#1@db.internal:5432/runs"), "postgres://ml:[REDACTED]@db.internal:5432/runs")
+      << "found by redact_fuzz";
+  // A port and a path with an '@' in it are not userinfo.
+  EXPECT_EQ(Redacted("GET http://localhost:8080/api?mail=a@b.com"), "GET http://localhost:8080/api?mail=a@b.com");
+  EXPECT_EQ(Redacted("ssh://git@github.com/org/repo.git"), "ssh://git@github.com/org/repo.git");
+}
+
+TEST(RedactTest, WebhookUrlsAreSecretsInTheirPath) {
+  EXPECT_EQ(Redacted("notify https://hooks.slack.com/services/T0AB12CD3/B0EF45GH6/aBcDeFgHiJkLmNoPqRsTuVwX done"),
+            "notify https://hooks.slack.com/services/[REDACTED] done");
+  EXPECT_EQ(Redacted("POST https://discord.com/api/webhooks/123456789012345678/AbCdEf-gHiJkL_mNoPqRsT"),
+            "POST https://discord.com/api/webhooks/[REDACTED]");
+  EXPECT_EQ(Redacted("https://api.telegram.org/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/sendMessage"),
+            "https://api.telegram.org/bot[REDACTED]/sendMessage");
+  EXPECT_EQ(Redacted("https://hooks.slack.com/help"), "https://hooks.slack.com/help");
+}
+
+TEST(RedactTest, PasswordsGivenToCommandLineTools) {
+  EXPECT_EQ(Redacted("+ mysql -uroot -pS3cr3t! -h db train"), "+ mysql -uroot -p[REDACTED] -h db train");
+  EXPECT_EQ(Redacted("+ sshpass -p 'hunter2 x' ssh n1"), "+ sshpass -p '[REDACTED]' ssh n1");
+  EXPECT_EQ(Redacted("+ docker login -u bot -p dckrpw123 registry.io"), "+ docker login -u bot -p [REDACTED] registry.io");
+  EXPECT_EQ(Redacted("+ curl -fsS -u alice:s3cret https://x"), "+ curl -fsS -u alice:[REDACTED] https://x");
+  EXPECT_EQ(Redacted("curl --user bob:pw9 https://x"), "curl --user bob:[REDACTED] https://x");
+  EXPECT_EQ(Redacted("redis-cli -h cache -a R3dis!pw ping"), "redis-cli -h cache -a [REDACTED] ping");
+  EXPECT_EQ(Redacted("ldapsearch -x -D cn=admin -w LdapPw1 -b dc=x"), "ldapsearch -x -D cn=admin -w [REDACTED] -b dc=x");
+  EXPECT_EQ(Redacted("smbclient //fs/share -U alice%Smb!pw"), "smbclient //fs/share -U alice%[REDACTED]");
+  EXPECT_EQ(Redacted("openssl rsa -in k.pem -passin pass:0penSSLpw"), "openssl rsa -in k.pem -passin pass:[REDACTED]");
+  EXPECT_EQ(Redacted("vault -address=x -password Go0dPw"), "vault -address=x -password [REDACTED]");
+  EXPECT_EQ(Redacted("['mysqldump', '-pDumpPw9', 'db']"), "['mysqldump', '-p[REDACTED]', 'db']");
+  // The same letters elsewhere are not passwords.
+  const std::string kKeep[] = {
+      "mkdir -p /tmp/x && docker run -p 8080:80 img", "psql -h db -p 5432 -U app", "ssh -p 2222 host",
+      "mysql -p train_db", "tar -xzpf a.tgz", "curl -u alice https://x",
+  };
+  for (const std::string& line : kKeep) EXPECT_EQ(Redacted(line), line);
+}
+
+TEST(RedactTest, SecretsGivenByPosition) {
+  EXPECT_EQ(Redacted("+ wandb login 0123456789abcdef0123456789abcdef01234567"), "+ wandb login [REDACTED]");
+  EXPECT_EQ(Redacted("+ wandb login --relogin --host https://api.wandb.ai f00dcafe1234"),
+            "+ wandb login --relogin --host https://api.wandb.ai [REDACTED]");
+  EXPECT_EQ(Redacted("+ aws configure set aws_secret_access_key wJalrXUtnFEMIK7MDENG"),
+            "+ aws configure set aws_secret_access_key [REDACTED]");
+  EXPECT_EQ(Redacted("machine api.wandb.ai login user password 0123abcd4567"),
+            "machine api.wandb.ai login user password [REDACTED]");
+  EXPECT_EQ(Redacted("machine h login u password -----BEGIN RSA PRIVATE KEY-----MIIEpAIBAAKCAQEAx7Zk2Lm9-----END RSA "
+                     "PRIVATE KEY-----"),
+            "machine h login u password [REDACTED]") << "found by redact_fuzz";
+  EXPECT_EQ(Redacted("wandb: Appending key for api.wandb.ai to your netrc file: /root/.netrc"),
+            "wandb: Appending key for api.wandb.ai to your netrc file: /root/.netrc");
+  // A word after "login" is a key only when it looks like one (8 or more, a digit in it).
+  EXPECT_EQ(Redacted("wandb login failed: no network"), "wandb login failed: no network");
+}
+
+TEST(RedactTest, FormatsFoundWithoutContext) {
+  const std::pair<std::string, std::string> kCases[] = {
+      {"glpat-AbCdEfGhIjKlMnOpQrSt", "[REDACTED]"},
+      {"using dckr_pat_AbCdEfGhIjKlMnOpQrStUvWx0", "using [REDACTED]"},
+      {"key xoxe.xoxp-1-AbCdEfGhIjKl", "key [REDACTED]"},
+      {"tf token Ab12Cd34Ef56Gh.atlasv1.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCdEfGhIjKlMnOpQrStUvWxYz0123 end",
+       "tf token [REDACTED] end"},
+      {"azure secret Abc8Q~AbCdEfGhIjKlMnOpQrStUvWxYz01234_ used", "azure secret [REDACTED] used"},
+      {"mc 0123456789abcdef0123456789abcdef-us21", "mc [REDACTED]"},
+      {"bot 1234567890:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawX ok", "bot [REDACTED] ok"},
+      {"SendGrid SG.AbCdEfGhIjKlMnOpQrStUv.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCdEfG", "SendGrid [REDACTED]"},
+      {"databricks dapi0123456789abcdef0123456789abcdef", "databricks [REDACTED]"},
+      {"AGE-SECRET-KEY-1QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ",
+       "[REDACTED]"},
+  };
+  for (const auto& [in, want] : kCases) EXPECT_EQ(Redacted(in), want) << in;
+}
+
+TEST(RedactTest, Base64WrappedPrivateKeysButNotCertificates) {
+  // base64("-----BEGIN RSA PRIVATE KEY-----\n...") as a kubeconfig holds it.
+  const std::string key = "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFcEFJQkFBS0NBUUVB";
+  const std::string cert = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUMvekNDQWVlZ0F3SUJBZ0lC";
+  EXPECT_EQ(Redacted("    client-key-data: " + key), "    client-key-data: [REDACTED]");
+  EXPECT_EQ(Redacted("    client-certificate-data: " + cert), "    client-certificate-data: " + cert);
 }
 
 }  // namespace

@@ -150,7 +150,7 @@ class MegatronParser final : public FormatParser {
     if (nan_iterations > 0) {
       if (ParsedEvent* e = emit.Add(EventKind::kError, kErrorNanLoss, std::nan(""), iteration)) {
         e->attrs.emplace_back("nan_iterations", std::to_string(static_cast<int64_t>(std::min(nan_iterations, 9.0e18))));
-        e->text = std::string(text.substr(0, SecretSafeCut(text, kMaxEventTextBytes)));
+        e->text = RedactedExcerpt(text, kMaxEventTextBytes);
       }
     }
     return true;

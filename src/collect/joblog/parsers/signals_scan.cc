@@ -149,10 +149,10 @@ std::string_view StripLauncherPrefixes(std::string_view line) {
 }
 
 std::string CutText(std::string_view line, size_t max) {
-  if (line.size() <= max) return std::string(line);
-  // Never inside a UTF-8 sequence or a short token: the text is redacted after the cut, and a
-  // token cut short would no longer be recognised (redact.h, SecretSafeCut).
-  return std::string(line.substr(0, SecretSafeCut(line, max)));
+  // Redacted before the cut (a secret cut in half would no longer be recognised), cut never
+  // inside a UTF-8 sequence. The agent hands parsers redacted lines already; `ithbat parse`,
+  // tests and any other caller get the same guarantee here.
+  return RedactedExcerpt(line, max);
 }
 
 std::string FormatNumber(double v) {

@@ -82,7 +82,8 @@ int32_t LinePrefixRank(std::string_view line);
 // (repeatedly, at the start), so a message can be matched at its own start.
 std::string_view StripLauncherPrefixes(std::string_view line);
 
-// The line cut to kMaxEventTextBytes, never in the middle of a UTF-8 sequence.
+// The line redacted, then cut to `max` bytes, never in the middle of a UTF-8 sequence (redact.h,
+// RedactedExcerpt).
 std::string CutText(std::string_view line, size_t max = kMaxEventTextBytes);
 // A value for an attribute: integers without ".0", others in shortest round-trip form.
 std::string FormatNumber(double v);

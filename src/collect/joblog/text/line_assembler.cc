@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include "collect/joblog/text/redact.h"
+
 namespace ithbat::collect::joblog {
 namespace {
 
@@ -37,28 +39,23 @@ size_t TextRunEnd(const unsigned char* p, size_t i, size_t n) {
 
 LineAssembler::LineAssembler(size_t max_line_bytes) : max_line_bytes_(std::max<size_t>(max_line_bytes, 1)) {}
 
-void LineAssembler::Emit(TimeNs t, bool progress, std::vector<AssembledLine>& out) {
-  if (cutting_) {
-    // The line continues past the bound: if it ends inside a run of token characters shorter
-    // than 64 bytes, cut before the run, so redaction never sees half a token (a run of 64 or
-    // more is long enough for every token rule; a line that is one short run is kept whole).
-    auto token_char = [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; };
-    size_t run = 0;
-    while (run < pending_.size() && run < 64 && token_char(static_cast<unsigned char>(pending_[pending_.size() - 1 - run])))
-      ++run;
-    if (run > 0 && run < 64 && run < pending_.size()) {
-      dropped_bytes_ += run;
-      pending_.resize(pending_.size() - run);
-    }
+void LineAssembler::Emit(TimeNs t, bool progress, std::vector<AssembledLine>& out, bool cut) {
+  if (cut) {
+    // The line continues past what is kept: its last word is unfinished, and redaction cannot
+    // judge half a word (half a URL password, half a token), so it is dropped (redact.h,
+    // OpenTailStart). A line that is one unfinished word keeps what OpenTailStart allows.
+    const size_t keep = OpenTailStart(pending_);
+    dropped_bytes_ += pending_.size() - keep;
+    pending_.resize(keep);
   }
   AssembledLine line;
   line.text = std::move(pending_);
   line.time = t;
   line.progress = progress;
-  line.truncated = cutting_;
+  line.truncated = cut;
   pending_.clear();
   ++lines_;
-  if (cutting_) ++truncated_lines_;
+  if (cut) ++truncated_lines_;
   out.push_back(std::move(line));
 }
 
@@ -68,7 +65,7 @@ void LineAssembler::EndLine(TimeNs t, bool progress, std::vector<AssembledLine>&
   if (cutting_) {
     cutting_ = false;
   } else if (!pending_.empty() || !progress) {
-    Emit(t, progress, out);
+    Emit(t, progress, out, /*cut=*/false);
   }
 }
 
@@ -166,7 +163,7 @@ void LineAssembler::Feed(std::string_view bytes, TimeNs t, std::vector<Assembled
           // drop the rest of it.
           dropped_bytes_ += run - take;
           cutting_ = true;
-          Emit(t, /*progress=*/false, out);
+          Emit(t, /*progress=*/false, out, /*cut=*/true);
         }
       }
       i = j;
@@ -189,7 +186,7 @@ void LineAssembler::Feed(std::string_view bytes, TimeNs t, std::vector<Assembled
         } else {
           ++dropped_bytes_;
           cutting_ = true;
-          Emit(t, /*progress=*/false, out);
+          Emit(t, /*progress=*/false, out, /*cut=*/true);
         }
         break;
       case kEscByte:
@@ -202,9 +199,14 @@ void LineAssembler::Feed(std::string_view bytes, TimeNs t, std::vector<Assembled
   }
 }
 
-void LineAssembler::Flush(TimeNs t, std::vector<AssembledLine>& out) {
+void LineAssembler::Flush(TimeNs t, std::vector<AssembledLine>& out) { End(t, out, /*cut=*/false); }
+
+void LineAssembler::Cut(TimeNs t, std::vector<AssembledLine>& out) { End(t, out, /*cut=*/true); }
+
+void LineAssembler::End(TimeNs t, std::vector<AssembledLine>& out, bool cut) {
   escape_ = Escape::kNone;
   if (pending_cr_) {
+    // A progress segment its "\r" ended: complete, whatever comes next.
     pending_cr_ = false;
     EndLine(cr_time_, /*progress=*/true, out);
     return;
@@ -213,7 +215,7 @@ void LineAssembler::Flush(TimeNs t, std::vector<AssembledLine>& out) {
     cutting_ = false;
     return;
   }
-  if (!pending_.empty()) Emit(t, /*progress=*/false, out);
+  if (!pending_.empty()) Emit(t, /*progress=*/false, out, cut);
 }
 
 }  // namespace ithbat::collect::joblog

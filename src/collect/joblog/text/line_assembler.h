@@ -8,7 +8,9 @@
 //   * ANSI escape sequences (CSI, OSC, two-byte ESC) and other control bytes except \t are
 //     removed, also when a sequence is split across writes;
 //   * a line longer than the bound is cut at the bound, emitted with truncated = true, and the
-//     rest of it (up to its end) is dropped and counted — memory stays O(bound).
+//     rest of it (up to its end) is dropped and counted — memory stays O(bound). A cut line
+//     also loses its unfinished last word (redact.h, OpenTailStart): redaction cannot judge
+//     half a secret.
 // A "\r" is only known to be bare when the next byte arrives (it may be the first half of a
 // "\r\n" split across writes), so a progress segment is emitted one byte late: when the next
 // write starts (tqdm's next refresh begins with "\r" anyway) or at Flush. Repeated "\r" count as
@@ -28,7 +30,7 @@ struct AssembledLine {
   std::string text;       // without terminator, escapes removed
   TimeNs time = 0;        // time of the write that completed the line
   bool progress = false;  // ended by a bare \r
-  bool truncated = false; // cut at the bound
+  bool truncated = false; // cut at the bound, or bytes after it were lost
 };
 
 class LineAssembler {
@@ -37,8 +39,11 @@ class LineAssembler {
 
   // Appends the lines `bytes` completes to `out`.
   void Feed(std::string_view bytes, TimeNs t, std::vector<AssembledLine>& out);
-  // Emits the pending partial line, if any (the process exited, or nothing came for a while).
+  // Emits the pending partial line, if any, as complete (the process exited, the file ended).
   void Flush(TimeNs t, std::vector<AssembledLine>& out);
+  // Emits the pending partial line, if any, as cut (truncated, its unfinished last word
+  // dropped): the bytes that followed it were lost.
+  void Cut(TimeNs t, std::vector<AssembledLine>& out);
 
   size_t pending_bytes() const { return pending_.size(); }
   uint64_t lines() const { return lines_; }
@@ -50,7 +55,8 @@ class LineAssembler {
   // An escape sequence longer than this is not one (binary garbage starting with ESC): the
   // state machine gives up and the bytes count as dropped, so it never swallows a whole stream.
   static constexpr size_t kMaxEscapeBytes = 256;
-  void Emit(TimeNs t, bool progress, std::vector<AssembledLine>& out);
+  void Emit(TimeNs t, bool progress, std::vector<AssembledLine>& out, bool cut);
+  void End(TimeNs t, std::vector<AssembledLine>& out, bool cut);
   void EndLine(TimeNs t, bool progress, std::vector<AssembledLine>& out);
   // Consumes one byte while inside an escape sequence; false when `c` ended the sequence
   // abnormally and must be processed as ordinary input.

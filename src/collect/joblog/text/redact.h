@@ -1,13 +1,22 @@
 #pragma once
 // Secrets out of captured text, before any raw line is stored or served (docs/joblog.md,
-// "Redaction"). What is recognised: bearer/basic Authorization headers, key=value and
-// key: value pairs whose key names a secret (password, passwd, secret, token, api_key,
-// apikey, access_key, private_key, credentials, ...), URLs with user:password@, AWS access
-// key ids (AKIA/ASIA + 16) and secret keys next to their key names, GitHub (ghp_, gho_, ghs_,
-// github_pat_), Hugging Face (hf_), OpenAI/Anthropic-style (sk-...), Slack (xox?-), Google API
-// keys (AIza...), JWTs (eyJ...\.eyJ...\..*), PEM private-key blocks. Each secret is replaced by
-// "[REDACTED]" and the key name is kept, so the line still says what was there.
-// Deliberately over-eager: a false positive hides a harmless value; a false negative leaks.
+// "Redaction"). What is recognised:
+//   * key=value, key: value, "key": "value", --key value, -key value, argv lists, where the
+//     key names a secret by its last word (password, passwd, passphrase, secret, token,
+//     api_key, access_key, private_key, credentials, auth, cookie, ...) or ends with one
+//     (PGPASSWORD, clientsecret); Authorization headers keep their scheme word;
+//   * URLs with user:password@ (the password may hold '@', '/', '#'), webhook URLs whose path
+//     is the credential (Slack, Discord, Teams, Telegram, Zapier, ...);
+//   * credentials that carry their own prefix (redact_formats.h: GitHub, GitLab, Hugging Face,
+//     OpenAI, Anthropic, AWS, Google, Slack, Stripe, ~120 formats), JWTs, Azure AD client
+//     secrets, PEM private-key blocks (also base64-wrapped, as in a kubeconfig);
+//   * passwords given to command-line tools that name them by a short flag (mysql -pX,
+//     sshpass -p X, docker login -p X, curl -u user:X, redis-cli -a X, ...), by position
+//     (wandb login KEY) or in .netrc lines.
+// Each secret is replaced by "[REDACTED]" and the key name is kept, so the line still says what
+// was there. Values that cannot be secrets are kept: None/null/true/false, masks (***),
+// placeholders (<...>, ${VAR}), paths given to a key word. Deliberately over-eager otherwise: a
+// false positive hides a harmless value; a false negative leaks.
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -16,14 +25,21 @@ namespace ithbat::collect::joblog {
 
 inline constexpr std::string_view kRedacted = "[REDACTED]";
 
-// Redacts `line` in place; returns how many secrets were replaced.
+// Redacts `line` in place; returns how many secrets were replaced. Idempotent.
 size_t RedactSecrets(std::string& line);
 
-// Where to cut `text` to at most `max` bytes so that redaction still works on what is kept:
-// never inside a UTF-8 sequence, and never inside a run of token characters [A-Za-z0-9_-]
-// shorter than 64 bytes (a token cut short, "hf_abc" of "hf_abcdef...", would no longer be
-// recognised and would leak in part). A run of 64 bytes or more before the cut is kept: it is
-// longer than the minimum body of every token rule, so the kept part is still recognised.
-size_t SecretSafeCut(std::string_view text, size_t max);
+// An excerpt of `line` of at most `max` bytes, redacted before it is cut: the whole line is
+// redacted first (a secret cut in half would no longer be recognised), then cut never inside a
+// UTF-8 sequence or a "[REDACTED]" marker.
+std::string RedactedExcerpt(std::string_view line, size_t max);
+
+// For text that was cut short (a line over the assembler's bound, bytes lost in the capture):
+// where its unfinished last word starts. What follows is dropped by the caller, because
+// redaction cannot judge a word it sees only part of ("postgres://u:pa" of a URL password,
+// "glpat-ab" of a token). The word is what follows the last space or tab; a word longer than
+// kMaxOpenWordBytes (a line that is one long word, minified JSON) is cut after its last value
+// delimiter instead (, ; & " ' ] } )), so a cut line never loses more than that.
+inline constexpr size_t kMaxOpenWordBytes = 1024;
+size_t OpenTailStart(std::string_view text);
 
 }  // namespace ithbat::collect::joblog
