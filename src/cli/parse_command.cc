@@ -77,9 +77,11 @@ std::optional<std::string> ParseStream(int fd, const std::string& name, StreamPa
   std::vector<ParsedEvent> events;
   std::array<char, 64 * 1024> buf;
   uint64_t line_no = 0;  // ordinary lines completed so far; progress segments belong to the next
-  auto handle = [&](const AssembledLine& l) {
+  auto handle = [&](AssembledLine& l) {
     const uint64_t number = line_no + 1;
     if (!l.progress) line_no++;
+    // Redacted before it is parsed, as the agent does (joblog_collector.cc, HandleLine).
+    collect::joblog::RedactSecrets(l.text);
     events.clear();
     parser.Parse(LineView{l.text, l.progress, 1}, events);
     for (auto& e : events) {
@@ -103,11 +105,11 @@ std::optional<std::string> ParseStream(int fd, const std::string& name, StreamPa
     if (n == 0) break;
     lines.clear();
     assembler.Feed(std::string_view(buf.data(), static_cast<size_t>(n)), 0, lines);
-    for (const auto& l : lines) handle(l);
+    for (auto& l : lines) handle(l);
   }
   lines.clear();
   assembler.Flush(0, lines);
-  for (const auto& l : lines) handle(l);
+  for (auto& l : lines) handle(l);
   result.lines = line_no;
   result.framework = std::string(parser.framework());
   return std::nullopt;

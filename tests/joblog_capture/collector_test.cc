@@ -425,7 +425,8 @@ TEST_F(CollectorTest, GapBeforeARecordEndsThePendingPartialLine) {
   EXPECT_DOUBLE_EQ(LossAt(events, 2)->value, 2.0);
   bool cut = false;
   for (const auto& l : collector_->raw_ring().Read(kMinTime, kMaxTime)) {
-    if (l.text == "partial line with no end") cut = true;
+    // Bytes after it were lost: its unfinished last word is dropped (it could be half a secret).
+    if (l.text == "partial line with no ") cut = true;
   }
   EXPECT_TRUE(cut);
 }

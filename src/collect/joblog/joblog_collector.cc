@@ -298,7 +298,7 @@ void JobLogCollector::FreeProc(int32_t pid, TimeNs t) {
   for (int s = 0; s < 2; ++s) {
     lines_.clear();
     p.streams[s].assembler.Flush(t, lines_);
-    for (const auto& l : lines_) HandleLine(p, s + 1, l);
+    for (auto& l : lines_) HandleLine(p, s + 1, l);
   }
   procs_.erase(it);
 }
@@ -485,12 +485,9 @@ void JobLogCollector::FeedStream(Proc& p, int stream, const CaptureRecord& r) {
     for (int k = 1; k <= 2; ++k) {
       StreamState& gs = p.streams[k - 1];
       lines_.clear();
-      gs.assembler.Flush(r.time, lines_);
+      gs.assembler.Cut(r.time, lines_);  // truncated; the loss itself is counted by the source
       gs.next_offset = gs.call_total = 0;
-      for (auto& l : lines_) {
-        l.truncated = true;  // the loss itself is counted by the source (lost_records)
-        HandleLine(p, k, l);
-      }
+      for (auto& l : lines_) HandleLine(p, k, l);
     }
   }
   StreamState& s = p.streams[stream - 1];
@@ -501,8 +498,8 @@ void JobLogCollector::FeedStream(Proc& p, int stream, const CaptureRecord& r) {
   const bool previous_incomplete = s.next_offset < s.call_total;
   if ((continues && !expected) || (!continues && previous_incomplete)) {
     lines_.clear();
-    s.assembler.Flush(r.time, lines_);
-    for (const auto& l : lines_) HandleLine(p, stream, l);
+    s.assembler.Cut(r.time, lines_);
+    for (auto& l : lines_) HandleLine(p, stream, l);
   }
   s.tid = r.tid;
   s.next_offset = r.offset + r.data.size();
@@ -512,12 +509,15 @@ void JobLogCollector::FeedStream(Proc& p, int stream, const CaptureRecord& r) {
   s.assembler.Feed(r.data, r.time, lines_);
   truncated_lines_total_ += s.assembler.truncated_lines() - truncated_before;
   // HandleLine may not touch lines_ (it is being iterated): it uses parsed_ only.
-  for (const auto& l : lines_) HandleLine(p, stream, l);
+  for (auto& l : lines_) HandleLine(p, stream, l);
 }
 
-void JobLogCollector::HandleLine(Proc& p, int stream, const AssembledLine& line) {
+void JobLogCollector::HandleLine(Proc& p, int stream, AssembledLine& line) {
   line_counts_[stream - 1].value++;
-  if (!line.progress) raw_ring_.Append(RawLine{line.time, p.pid, stream, line.text});
+  // Redacted once, before anything reads it: the ring keeps this text, the parsers quote and
+  // cut it into events, so no excerpt or extracted field can hold half a secret.
+  RedactSecrets(line.text);
+  if (!line.progress) raw_ring_.AppendRedacted(RawLine{line.time, p.pid, stream, line.text});
   if (!p.parser) {
     StreamParserOptions po;
     po.format = options_.format;
@@ -545,7 +545,9 @@ void JobLogCollector::EmitParsed(const Proc& p, int /*stream*/, const ParsedEven
   e.value = pe.value;
   e.name = pe.name;
   e.text = pe.text;
-  // Error events quote the line: it leaves the node, so it is redacted like the raw ring.
+  // Error events quote the line, which HandleLine redacted; a parser may join text from
+  // several lines (a traceback) and it leaves the node, so it is redacted once more (a no-op
+  // on text already redacted).
   if (!e.text.empty()) RedactSecrets(e.text);
   e.attrs = pe.attrs;
   // Attribute values carry free text too (an error's message or reason, a host, a path, what

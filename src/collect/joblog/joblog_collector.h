@@ -167,7 +167,7 @@ class JobLogCollector final : public agent::Collector {
   Proc* Adopt(int32_t pid, CaptureSource* source);
   void Handle(CaptureSource* source, CaptureRecord& r);
   void FeedStream(Proc& p, int stream, const CaptureRecord& r);
-  void HandleLine(Proc& p, int stream, const AssembledLine& line);
+  void HandleLine(Proc& p, int stream, AssembledLine& line);
   void EmitParsed(const Proc& p, int stream, const ParsedEvent& pe, TimeNs t, std::string_view framework);
   void Sweep(TimeNs t);
   void ScanTensorboard();

@@ -12,6 +12,11 @@ RawRing::RawRing(size_t budget_bytes) : budget_bytes_(std::max(budget_bytes, 2 *
 size_t RawRing::Append(RawLine line) {
   // Redaction runs outside the lock: it is the expensive part and needs no shared state.
   const size_t secrets = RedactSecrets(line.text);
+  AppendRedacted(std::move(line));
+  return secrets;
+}
+
+void RawRing::AppendRedacted(RawLine line) {
   // One line never takes more than the whole budget (a caller that skipped the assembler's
   // bound); it is cut rather than evicting everything for nothing.
   const size_t max_text = budget_bytes_ - kLineOverheadBytes;
@@ -25,7 +30,6 @@ size_t RawRing::Append(RawLine line) {
   }
   lines_.push_back(std::move(line));
   bytes_ += cost;
-  return secrets;
 }
 
 std::vector<RawLine> RawRing::Read(TimeNs from, TimeNs to, int32_t pid, size_t max_lines) const {

@@ -26,6 +26,9 @@ class RawRing {
   explicit RawRing(size_t budget_bytes = 4u << 20);
   // Redacts `line.text` (RedactSecrets) and appends it; returns secrets replaced.
   size_t Append(RawLine line);
+  // Appends a line whose text the caller has already redacted (the collector redacts each
+  // line once, before the ring and the parsers read it).
+  void AppendRedacted(RawLine line);
   // Lines with time in [from, to), oldest first, optionally of one pid (pid < 0: all). When
   // more than max_lines match, the newest max_lines are returned (the end of a log is what
   // explains a failure).
