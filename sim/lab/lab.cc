@@ -527,13 +527,16 @@ std::optional<Evidence> OpenFinishedRun(const std::string& world_dir) {
 
 }  // namespace
 
-int DumpSeries(const std::string& world_dir, const std::string& selector, std::FILE* out) {
+int DumpSeries(const std::string& world_dir, const std::string& selector, std::FILE* out, bool all_samples) {
   auto evidence = OpenFinishedRun(world_dir);
   if (!evidence) return 1;
   for (const auto& [v, samples] : evidence->Samples("", selector, kMinTime, kMaxTime)) {
     fmt::print(out, "{} {} samples={}", v.node, v.labels.ToString(), samples.size());
     if (!samples.empty()) fmt::print(out, " first={:g} last={:g}", samples.front().v, samples.back().v);
     fmt::print(out, "\n");
+    if (all_samples) {
+      for (const auto& smp : samples) fmt::print(out, "  {:.3f} {:g}\n", static_cast<double>(smp.t) / 1e9, smp.v);
+    }
   }
   return 0;
 }

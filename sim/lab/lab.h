@@ -97,7 +97,7 @@ std::string FormatResult(const LabResult& r);
 std::string ResultJson(const LabResult& r);
 // Prints every series of the finished run in `world_dir` matching `selector` (node, labels, sample
 // count, first and last value): to see what the agents stored when a check fails.
-int DumpSeries(const std::string& world_dir, const std::string& selector, std::FILE* out);
+int DumpSeries(const std::string& world_dir, const std::string& selector, std::FILE* out, bool all_samples = false);
 // Prints the per-rank step breakdown (detect/breakdown) of every job the agents of the finished
 // run in `world_dir` saw, over the job's whole window.
 int PrintBreakdowns(const std::string& world_dir, std::FILE* out);

@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
   auto* pick_seed_opt = app.add_option("--pick-seed", pick_seed, "Seed of the --pick draw (default: a fresh one)");
   std::string dump;
   app.add_option("--series", dump, "With --world: print the stored series matching this selector and exit");
+  bool samples = false;
+  app.add_flag("--samples", samples, "With --series: print every sample (unix seconds, value), not just the count");
   bool breakdown = false;
   app.add_flag("--breakdown", breakdown, "With --world: print each job's per-rank step breakdown and exit");
   CLI11_PARSE(app, argc, argv);
@@ -80,7 +82,7 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "ithbat-lab: --series needs --world DIR\n");
       return 2;
     }
-    return ithbat::sim::lab::DumpSeries(options.world_dir, dump, stdout);
+    return ithbat::sim::lab::DumpSeries(options.world_dir, dump, stdout, samples);
   }
   if (breakdown) {
     if (options.world_dir.empty()) {
