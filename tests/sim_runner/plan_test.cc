@@ -98,11 +98,11 @@ std::map<std::string, std::string> AsMap(const Env& env) {
   return m;
 }
 
-TEST(PlanTest, ByteScaleKeepsOneRankSaveUnder32MiB) {
+TEST(PlanTest, ByteScaleKeepsOneRankSaveUnder4MiB) {
   Loaded w = Load("srun");
-  // 4 GiB over 4 ranks = 1 GiB per rank: 32 brings it to 32 MiB exactly.
-  EXPECT_EQ(ChooseByteScale(w.resolved), 32.0);
-  w.resolved.jobs[0].checkpoint->size_gib = 0.01;
+  // 4 GiB over 4 ranks = 1 GiB per rank: 256 brings it to 4 MiB exactly.
+  EXPECT_EQ(ChooseByteScale(w.resolved), 256.0);
+  w.resolved.jobs[0].checkpoint->size_gib = 0.001;
   EXPECT_EQ(ChooseByteScale(w.resolved), 1.0);
   w.resolved.jobs[0].checkpoint.reset();
   EXPECT_EQ(ChooseByteScale(w.resolved), 1.0);
