@@ -190,6 +190,26 @@ TEST(Stalls, LatencyJustBelowTheFactorIsNotStorage) {
   EXPECT_TRUE(out.empty());
 }
 
+TEST(Stalls, ASaveJustShortOfTheFactorDoesNotRaiseTheBaseline) {
+  // fsync 0.2 s in two healthy saves, then 2.9x (not slow, training barely stalls), then 3.5x
+  // with the job stopping. A pooled mean would take the 2.9x save into the baseline (0.33 s)
+  // and call the 3.5x saves 2.1x; the median of the earlier saves stays at 0.2 s.
+  SyntheticFleet f;
+  TrainSpec s;
+  s.fstype = "nfs4";
+  const double fsync[] = {0.2, 0.2, 0.2 * 2.9, 0.2 * 3.5, 0.2 * 3.5};
+  for (int k = 0; k < 5; ++k) {
+    const int begin = 20 + 20 * k;
+    const int stall = k >= 3 ? 4 : 1;
+    s.stalls.push_back({begin, stall});
+    s.saves.push_back({begin, begin + stall, fsync[k]});
+  }
+  AddTrainingJob(f, s);
+  auto out = RunDetector(f.TakeView(), &DetectStalls, kT0 + 119 * kS);
+  ASSERT_EQ(CountCause(out, Cause::kStorage), 1u);
+  EXPECT_EQ(out.front().subjects.resource, "/mnt/projects");
+}
+
 TEST(Stalls, SlowLocalDiskIsNotSharedStorage) {
   SyntheticFleet f;
   AddTrainingJob(f, CheckpointJob(2.0, 4, "ext4"));

@@ -321,8 +321,12 @@ class JobStalls {
 
   void JudgeSaves(std::vector<Finding>& out) {
     if (saves_.empty()) return;
-    // Baselines per (mount, fstype, op): seconds and calls over the earlier saves that were not slow.
-    std::map<std::tuple<std::string, std::string, std::string>, std::tuple<double, double, int>> base;
+    // Baselines per (mount, fstype, op): the median of the per-call means of the earlier saves
+    // that were not slow. A median, not a pooled mean: a save that degraded just short of the
+    // factor would otherwise join the baseline and raise the bar every later save is held to,
+    // so a mount that worsens in steps (a loaded NFS server) would hide itself. The median moves
+    // only when most earlier saves moved.
+    std::map<std::tuple<std::string, std::string, std::string>, std::vector<double>> base;
     std::vector<std::pair<const Save*, std::vector<OpJudgement>>> slow;
     for (auto& s : saves_) {
       std::vector<OpJudgement> rose;
@@ -331,9 +335,10 @@ class JobStalls {
         if (v.second <= 0) continue;
         const auto it = base.find(key);
         if (it == base.end()) continue;
-        const auto& [bs, bc, n] = it->second;
-        if (n < kMinBaselineSaves || bc <= 0) continue;
-        const double mean = v.first / v.second, bmean = bs / bc;
+        const int n = static_cast<int>(it->second.size());
+        if (n < kMinBaselineSaves) continue;
+        const double mean = v.first / v.second, bmean = Median(it->second);
+        if (bmean <= 0) continue;
         if (mean >= kStorageLatencyFactor * bmean && mean - bmean >= kMinLatencyRiseSeconds) {
           rose.push_back({mount, fstype, op, mean, bmean, v.second, n});
         }
@@ -342,10 +347,7 @@ class JobStalls {
       if (!s.slow) {
         for (const auto& [key, v] : s.io) {
           if (v.second <= 0) continue;
-          auto& [bs, bc, n] = base[key];
-          bs += v.first;
-          bc += v.second;
-          ++n;
+          base[key].push_back(v.first / v.second);
         }
       } else {
         slow.emplace_back(&s, std::move(rose));

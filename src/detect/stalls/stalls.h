@@ -10,8 +10,9 @@
 // Classification, per job:
 //  - storage (infrastructure): stalls line up with the job's saves (checkpoint events in its
 //    output), and in those saves the write, fsync or close latency of the job on a SHARED mount
-//    (network or FUSE file system) rose against the same op's mean over the job's earlier saves
-//    on that mount; other jobs on the mount whose latency rose too are named.
+//    (network or FUSE file system) rose against the median of the same op's per-save means
+//    over the job's earlier, not slow saves on that mount; other jobs on the mount whose
+//    latency rose too are named.
 //  - checkpoint_strategy (job): stalls line up with saves whose latency is at its baseline, and
 //    those stalls cost at least kCheckpointStallShare of the job's wall time.
 //  - input_pipeline (job): the job's GPUs idle much of steady training, its ranks' main threads
@@ -34,7 +35,7 @@ inline constexpr int kMinStallTicks = 2;
 // tick, so a save's increase is the difference of the samples around it (as the lab's check).
 inline constexpr TimeNs kSaveSlack = 2 * kNsPerSec;
 // A save is slow on a mount when one op's mean latency there is at least this multiple of the
-// same op's mean over the earlier, not slow saves (the lab's kStorageLatencyFactor: healthy
+// median of the same op's per-save means over the earlier, not slow saves (the lab's kStorageLatencyFactor: healthy
 // saves vary by up to 1.5x save to save; a loaded NFS server moves fsync by 5-10x) ...
 inline constexpr double kStorageLatencyFactor = 3.0;
 // ... and at least this much longer per call in absolute terms (a 0.1 ms close becoming 0.3 ms
