@@ -221,6 +221,11 @@ TEST(RedactTest, AnEmptyValueDoesNotSwallowTheNextKey) {
   EXPECT_EQ(Redacted("password= --hf-token Zq8Wm3Xn7Bv2Cl5Kj9Hg x"), "password= --hf-token [REDACTED] x");
   EXPECT_EQ(Redacted("secret= 'api_key': 'k3yV4lu3'"), "secret= 'api_key': '[REDACTED]'");
   EXPECT_EQ(Redacted("PASS= PGPASSWORD=pg-S3cr3t"), "PASS= PGPASSWORD=[REDACTED]");
+  // The same for a .netrc password and a SQL PASSWORD (found by redact_fuzz).
+  EXPECT_EQ(Redacted("machine h password --hf-token Zq8Wm3Xn7Bv2Cl5Kj9Hg"), "machine h password --hf-token [REDACTED]");
+  EXPECT_EQ(Redacted("password 'api_key': 'k3yV4lu3'"), "password 'api_key': '[REDACTED]'");
+  EXPECT_EQ(Redacted("Authorization: b --hf-token Zq8Wm3Xn7Bv2Cl5Kj9Hg"), "Authorization: b --hf-token [REDACTED]");
+  EXPECT_EQ(Redacted("bearer --hf-token Zq8Wm3Xn7Bv2Cl5Kj9Hg"), "bearer --hf-token [REDACTED]");
   // A value that merely looks like a key=value is still this key's value.
   EXPECT_EQ(Redacted("password: c2VjcmV0= rest"), "password: [REDACTED] rest");
 }

@@ -688,7 +688,7 @@ class Scanner {
   // that names a secret itself counts: swallowing any other word hides it, it leaks nothing.
   bool NextKeyAt(size_t v) const {
     const size_t n = s_.size();
-    if (s_[v] == '-' && v + 1 < n && (s_[v + 1] == '-' || IsAlpha(s_[v + 1]))) return true;
+    if (s_[v] == '-' && v + 1 < n && (s_[v + 1] == '-' || IsAlpha(s_[v + 1])) && !StartsWith(s_, v, "-----")) return true;
     size_t b = v, e;
     if (IsQuote(s_[v])) {
       b = v + 1;
@@ -718,6 +718,7 @@ class Scanner {
         // "Authorization: Bearer abc": keep the scheme, redact the credential after it. An
         // unquoted value stopped at the space after the scheme word: look past it.
         const size_t c = SkipScheme(b, quoted ? e : s_.size());
+        if (c != b && !quoted && NextKeyAt(c)) return 0;  // "Authorization: x --hf-token ..."
         if (c != b) return Add(c, quoted ? e : ValueEndAfterScheme(c));
         break;
       }
@@ -919,7 +920,7 @@ class Scanner {
         if (v < n && IsQuote(s_[v])) ++v;
         if (v < n && s_[v] == ',') ++v;
         while (v < n && IsSpace(s_[v])) ++v;
-        if (v >= n || s_[v] == '-') return 0;
+        if (v >= n || s_[v] == '-' || NextKeyAt(v)) return 0;
       }
       size_t b = v, e;
       if (v < n && IsQuote(s_[v])) {
@@ -951,7 +952,7 @@ class Scanner {
     if (letter == 'p' && !attached && user_flag_at_ < i && !mysql_named_) {
       size_t v = i + 2;
       while (v < n && IsSpace(s_[v])) ++v;
-      if (v >= n || s_[v] == '-' || IsQuote(s_[v])) return 0;
+      if (v >= n || s_[v] == '-' || IsQuote(s_[v]) || NextKeyAt(v)) return 0;
       size_t e = v;
       while (e < n && !IsSpace(s_[e]) && !IsQuote(s_[e]) && std::string_view(",;&|)]<>").find(s_[e]) == std::string_view::npos)
         ++e;
@@ -1090,7 +1091,10 @@ class Scanner {
         }
       }
       if (netrc && (w == "password" || w == "passwd" || w == "account") && k + 1 < words.size()) {
-        Add(words[k + 1].first, words[k + 1].second);
+        // Not the line's next key or flag, nor a PEM block (the main scan redacted those).
+        const size_t at = words[k + 1].first;
+        const size_t from = at > 0 && IsQuote(s_[at - 1]) ? at - 1 : at;
+        if (!NextKeyAt(from) && !StartsWith(s_, at, "-----")) Add(at, words[k + 1].second);
       }
     }
   }
@@ -1162,6 +1166,7 @@ class Scanner {
     if (!AtWordStart(i) || !StartsWithNoCase(s_, i, "bearer") || i + 6 >= s_.size() || !IsSpace(s_[i + 6])) return 0;
     size_t t = i + 6;
     while (t < s_.size() && IsSpace(s_[t])) ++t;
+    if (t < s_.size() && NextKeyAt(t)) return 0;  // "bearer --hf-token x": the flag's, not a token
     const size_t e = RunEnd(t, IsTokenChar, 8192);
     if (e - t >= 8) return Add(t, e);
     return 0;
@@ -1287,6 +1292,7 @@ class Scanner {
     size_t q;
     if (EqualsLower(word, "password") || EqualsLower(word, "passwd")) {
       q = i + 2;
+      if (q < n && NextKeyAt(q)) return 0;
       // A .netrc line, also one a command writes (echo "machine H login U password P" >
       // ~/.netrc): the next word, quoted or not.
       if (q < n && !IsQuote(s_[q]) && memmem(s_.data(), w, "machine ", 8) != nullptr) {
@@ -1298,7 +1304,7 @@ class Scanner {
     } else {
       return 0;
     }
-    if (q >= n || !IsQuote(s_[q])) return 0;
+    if (q >= n || !IsQuote(s_[q]) || NextKeyAt(q)) return 0;
     const size_t b = q + 1;
     size_t e = b;
     while (e < n && s_[e] != s_[q]) ++e;
