@@ -24,7 +24,7 @@ configure: deps
 build: configure
 	@$(STAGE) build cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# --quick: each file's CI configuration (about 13 minutes for the five on 2 cores); DEMO_ARGS= runs
+# --quick: each file's CI configuration (about 15 minutes for the five on 2 cores); DEMO_ARGS= runs
 # them at full length (about 90 minutes). A world this machine cannot keep the pace of is INVALID
 # and run once more, slower; DEMO_ARGS='--quick --slowdown 2' runs every world twice as slow.
 DEMO_ARGS ?= --quick
