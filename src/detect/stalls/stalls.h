@@ -35,8 +35,8 @@ inline constexpr int kMinStallTicks = 2;
 // tick, so a save's increase is the difference of the samples around it (as the lab's check).
 inline constexpr TimeNs kSaveSlack = 2 * kNsPerSec;
 // A save is slow on a mount when one op's mean latency there is at least this multiple of the
-// median of the same op's per-save means over the earlier, not slow saves (the lab's kStorageLatencyFactor: healthy
-// saves vary by up to 1.5x save to save; a loaded NFS server moves fsync by 5-10x) ...
+// median of the same op's per-save means over the earlier, not slow saves: healthy saves to
+// one mount vary by up to 1.5x save to save, a loaded NFS server moves fsync by 5-10x ...
 inline constexpr double kStorageLatencyFactor = 3.0;
 // ... and at least this much longer per call in absolute terms (a 0.1 ms close becoming 0.3 ms
 // costs nothing).

@@ -1034,7 +1034,7 @@ std::vector<Finding> DetectStragglers(const DetectInput& in) {
     // error of RequiredWorkLagCorrelation) has the standard error 1/√Σ(n−1). Pooled over every
     // node whose rotation was judged, not only those above the floor: chosen for their
     // correlation, a few of a large job's nodes clear 0.2 by chance (one in six at 25 points)
-    // and their mean would too. Where this was measured: docs/diagnoses.md.
+    // and their mean would too.
     if (!not_yet_significant.empty()) {
       const double pooled = pool_weights > 0 ? pool_weighted / pool_weights : 0;
       const double needed =
