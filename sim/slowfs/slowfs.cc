@@ -390,13 +390,12 @@ int FsFsync(const char*, int, fuse_file_info*) {
   // slowdown (docs/diagnoses.md, "Session 14"). The data stays in the page cache, which
   // writes it back on its own; nothing reads it after the run.
   SleepUs(g_config.fsync_delay_us.load());
-  const int r = 0;
   const int64_t dt = MonoNs() - t0;
   Account([&](ClientStats& s) {
     s.fsyncs++;
     s.fsync_ns += static_cast<uint64_t>(dt);
   });
-  return r;
+  return 0;
 }
 
 int FsUnlink(const char* path) { return unlinkat(g_backing, Rel(path).c_str(), 0) == 0 ? 0 : Err(); }

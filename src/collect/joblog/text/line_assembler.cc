@@ -1,7 +1,6 @@
 #include "collect/joblog/text/line_assembler.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
 #include <utility>
 

@@ -1018,26 +1018,19 @@ class Scanner {
   }
 
   // After the scan: secrets given by position (wandb login KEY, aws configure set KEY VALUE,
-  // sqlplus user/password@db) and .netrc lines (machine H login U password P). Only lines that
-  // read like a command — a shell trace ("+ cmd", "$ cmd"), a printed argv list, a line whose
-  // short flags already named a tool — or like a .netrc are walked word by word.
+  // sqlplus user/password@db). Only lines that read like a command — a shell trace ("+ cmd",
+  // "$ cmd"), a line whose short flags already named a tool — are walked word by word.
   void CommandLineRules() {
     const size_t n = s_.size();
     size_t k0 = 0;
     while (k0 < n && IsSpace(s_[k0])) ++k0;
-    // A .netrc line (one written by a command is WordEnd's).
-    bool netrc = false;
-    for (std::string_view w : {"machine "sv, "default "sv, "login "sv, "password "sv, "account "sv, "macdef "sv}) {
-      netrc = netrc || StartsWith(s_, k0, w);
-    }
-
     bool command = tools_found_ || StartsWith(s_, k0, "$ ") || StartsWith(s_, k0, "# ") || StartsWith(s_, k0, "> ");
     if (!command && k0 < n && s_[k0] == '+') {
       size_t k = k0;
       while (k < n && s_[k] == '+') ++k;
       command = k < n && s_[k] == ' ';
     }
-    if (!command && !netrc) return;
+    if (!command) return;
     // Words as (begin, end) pairs, bounded: a command line is not thousands of words long.
     std::vector<std::pair<size_t, size_t>> words;
     ForEachWord([&](size_t b, size_t, size_t e) {
@@ -1089,12 +1082,6 @@ class Scanner {
             Add(words[v].first + slash + 1, words[v].first + end);
           }
         }
-      }
-      if (netrc && (w == "password" || w == "passwd" || w == "account") && k + 1 < words.size()) {
-        // Not the line's next key or flag, nor a PEM block (the main scan redacted those).
-        const size_t at = words[k + 1].first;
-        const size_t from = at > 0 && IsQuote(s_[at - 1]) ? at - 1 : at;
-        if (!NextKeyAt(from) && !StartsWith(s_, at, "-----")) Add(at, words[k + 1].second);
       }
     }
   }
@@ -1222,14 +1209,22 @@ class Scanner {
     return Add(b, e);
   }
 
+  // Where a word of exactly `len` bytes of `pred` that ends at `i` starts, or npos: the part
+  // before the infix of a format found from its infix (Mailchimp's "-us", Terraform's ".atlasv1.").
+  size_t WordBefore(size_t i, size_t len, bool (*pred)(char)) const {
+    if (i < floor_ + len) return std::string_view::npos;
+    const size_t b = i - len;
+    for (size_t k = b; k < i; ++k) {
+      if (!pred(s_[k])) return std::string_view::npos;
+    }
+    return AtWordStart(b) ? b : std::string_view::npos;
+  }
+
   // Mailchimp: 32 hex, "-us", a data-centre number. Found from its '-'.
   size_t Mailchimp(size_t i) {
-    if (!StartsWith(s_, i, "-us") || i < floor_ + 32) return 0;
-    const size_t b = i - 32;
-    for (size_t k = b; k < i; ++k) {
-      if (!IsHex(s_[k])) return 0;
-    }
-    if (!AtWordStart(b)) return 0;
+    if (!StartsWith(s_, i, "-us")) return 0;
+    const size_t b = WordBefore(i, 32, IsHex);
+    if (b == std::string_view::npos) return 0;
     size_t e = i + 3;
     while (e < s_.size() && e - i < 6 && IsDigit(s_[e])) ++e;
     if (e == i + 3 || (e < s_.size() && IsAlnum(s_[e]))) return 0;
@@ -1238,12 +1233,9 @@ class Scanner {
 
   // Terraform Cloud: 14 characters, ".atlasv1.", 60 or more. Found from its first '.'.
   size_t TerraformToken(size_t i) {
-    if (!StartsWith(s_, i, ".atlasv1.") || i < floor_ + 14) return 0;
-    const size_t b = i - 14;
-    for (size_t k = b; k < i; ++k) {
-      if (!IsAlnum(s_[k])) return 0;
-    }
-    if (!AtWordStart(b)) return 0;
+    if (!StartsWith(s_, i, ".atlasv1.")) return 0;
+    const size_t b = WordBefore(i, 14, IsAlnum);
+    if (b == std::string_view::npos) return 0;
     size_t e = i + 9;
     while (e < s_.size() && (IsWord(s_[e]) || s_[e] == '-')) ++e;
     if (e - (i + 9) < 60) return 0;
@@ -1293,9 +1285,9 @@ class Scanner {
     if (EqualsLower(word, "password") || EqualsLower(word, "passwd")) {
       q = i + 2;
       if (q < n && NextKeyAt(q)) return 0;
-      // A .netrc line, also one a command writes (echo "machine H login U password P" >
-      // ~/.netrc): the next word, quoted or not.
-      if (q < n && !IsQuote(s_[q]) && memmem(s_.data(), w, "machine ", 8) != nullptr) {
+      // A .netrc line (machine H login U password P, or "password P" on a line of its own),
+      // also one a command writes (echo "machine H ..." > ~/.netrc): the next word.
+      if (q < n && !IsQuote(s_[q]) && s_[q] != '=' && s_[q] != ':' && NetrcBefore(w)) {
         // A PEM block as the value: through its footer (Value), not just its first word.
         return StartsWith(s_, q, "-----BEGIN") ? Value(q, KeyKind::kSecret) : Add(q, SpanEnd(q));
       }
@@ -1310,6 +1302,14 @@ class Scanner {
     while (e < n && s_[e] != s_[q]) ++e;
     if (NotASecret(s_.substr(b, e - b))) return 0;
     return Add(b, e);
+  }
+
+  // Whether the text before `w` makes a .netrc line: "machine " in it, or nothing but a .netrc
+  // keyword's indentation ("password P" on a line of its own).
+  bool NetrcBefore(size_t w) const {
+    size_t k = 0;
+    while (k < w && IsSpace(s_[k])) ++k;
+    return k == w || memmem(s_.data(), w, "machine ", 8) != nullptr;
   }
 
   // A ~/.pgpass line, hostname:port:database:username:password (no spaces; the port a number
