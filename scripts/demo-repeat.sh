@@ -7,6 +7,8 @@
 #
 # Usage: scripts/demo-repeat.sh N [--busy] [BUILD_DIR]     (as root, after `make demo` built it)
 #   e.g. scripts/demo-repeat.sh 10 > quiet.md; scripts/demo-repeat.sh 10 --busy > busy.md
+# DEMO_REPEAT_RESULTS=FILE appends each world's raw result line there as it comes and keeps the
+# file, so a series cut short still has its finished runs (N=0 then prints FILE's table).
 set -euo pipefail
 
 runs=${1:?usage: demo-repeat.sh N [--busy] [BUILD_DIR]}
@@ -25,17 +27,26 @@ if [[ $busy -eq 1 ]]; then
   ( while :; do :; done ) &
   hog=$!
 fi
-jsonl=$(mktemp /tmp/ithbat-demo-repeat-XXXXXX.jsonl)
-trap '[[ -n $hog ]] && kill "$hog" 2>/dev/null; rm -f "$jsonl"' EXIT
+if [[ -n ${DEMO_REPEAT_RESULTS:-} ]]; then
+  jsonl=$DEMO_REPEAT_RESULTS
+  touch "$jsonl"
+  trap '[[ -n $hog ]] && kill "$hog" 2>/dev/null; rm -f "$jsonl.run"' EXIT
+else
+  jsonl=$(mktemp /tmp/ithbat-demo-repeat-XXXXXX.jsonl)
+  trap '[[ -n $hog ]] && kill "$hog" 2>/dev/null; rm -f "$jsonl" "$jsonl.run"' EXIT
+fi
 
+# Runs already in a kept results file keep their numbers; this series numbers on from them.
+done_before=$(cut -f1 "$jsonl" | sort -n | tail -1)
+done_before=${done_before:-0}
 echo "demo-repeat: $runs run(s) of '$ithbat demo --quick' on $(nproc) cores$([[ $busy -eq 1 ]] && echo ", one core kept busy by a shell loop")" >&2
 for ((i = 1; i <= runs; i++)); do
   start=$(date +%s)
   rc=0
   "$ithbat" demo --quick --json >"$jsonl.run" 2>&1 || rc=$?
   # Only the lab's result lines (one per world); the diagnosis lines and progress are left out.
-  grep -E '^\{"' "$jsonl.run" | grep '"result":' | sed "s/^/$i\t/" >>"$jsonl" || true
-  echo "demo-repeat: run $i exited $rc after $(($(date +%s) - start)) s" >&2
+  grep -E '^\{"' "$jsonl.run" | grep '"result":' | sed "s/^/$((done_before + i))\t/" >>"$jsonl" || true
+  echo "demo-repeat: run $((done_before + i)) exited $rc after $(($(date +%s) - start)) s" >&2
   rm -f "$jsonl.run"
 done
 
