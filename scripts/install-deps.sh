@@ -15,6 +15,9 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git python3
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  # libmicrohttpd: the agent's and hub's bounded HTTP server; libcurl: every outgoing request,
+  # bounded (src/serve/http_base.h, src/net/http_client.h, docs/security.md "HTTP").
+  libmicrohttpd-dev libcurl4-openssl-dev
   libre2-dev libzstd-dev libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libbpf-dev bpftool clang-19 libclang-rt-19-dev

@@ -6,12 +6,12 @@
 #include <string_view>
 
 #include <fmt/core.h>
-#include <httplib.h>
 #include <signal.h>
 
 #include "agent/logging.h"
 #include "cli/agent_options.h"
 #include "cli/agent_process.h"
+#include "net/http_client.h"
 
 namespace ithbat::cli {
 namespace {
@@ -110,10 +110,10 @@ int RunDemo(int seconds, const std::string& nvml_library) {
   const bool interrupted = WaitForStopSignal(set, seconds);
 
   // Fetched while the server still runs, as a scraper would.
-  httplib::Client client("127.0.0.1", agent.port());
-  client.set_connection_timeout(2, 0);
-  client.set_read_timeout(5, 0);
-  auto res = client.Get("/metrics");
+  net::HttpLimits limits;
+  limits.deadline = 5 * kNsPerSec;
+  net::HttpClient client(limits);
+  auto res = client.Send({.url = url + "/metrics"});
 
   const TimeNs now = NowNs();
   const auto stats = agent.store().Stats();
@@ -169,7 +169,7 @@ int RunDemo(int seconds, const std::string& nvml_library) {
 
   if (!res || res->status != 200) {
     fmt::print(stderr, "\nithbat demo: GET {}/metrics failed: {}\n", url,
-               res ? fmt::format("HTTP {}", res->status) : httplib::to_string(res.error()));
+               res ? fmt::format("HTTP {}", res->status) : res.error().message);
     return 1;
   }
   fmt::print("\nFirst lines of {}/metrics ({} bytes in all):\n", url, res->body.size());

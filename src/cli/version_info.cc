@@ -2,7 +2,8 @@
 
 #include <CLI/Version.hpp>
 #include <fmt/core.h>
-#include <httplib.h>
+#include <curl/curl.h>
+#include <microhttpd.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/version.h>
 #include <zstd.h>
@@ -21,11 +22,11 @@ std::string VersionText() {
   const char* standard = __cplusplus > 202002L ? "C++23" : "C++20";
   out += fmt::format("  build:     {}, g++ {}, {}\n", ITHBAT_BUILD_TYPE, __VERSION__, standard);
   out += fmt::format(
-      "  libraries: fmt {}.{}.{}, spdlog {}.{}.{}, CLI11 {}, cpp-httplib {}, nlohmann-json {}.{}.{}, zstd "
-      "{}\n",
+      "  libraries: fmt {}.{}.{}, spdlog {}.{}.{}, CLI11 {}, libmicrohttpd {}, libcurl {}, nlohmann-json {}.{}.{}, "
+      "zstd {}\n",
       FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100, SPDLOG_VER_MAJOR, SPDLOG_VER_MINOR,
-      SPDLOG_VER_PATCH, CLI11_VERSION, CPPHTTPLIB_VERSION, NLOHMANN_JSON_VERSION_MAJOR,
-      NLOHMANN_JSON_VERSION_MINOR, NLOHMANN_JSON_VERSION_PATCH, ZSTD_versionString());
+      SPDLOG_VER_PATCH, CLI11_VERSION, MHD_get_version(), curl_version_info(CURLVERSION_NOW)->version,
+      NLOHMANN_JSON_VERSION_MAJOR, NLOHMANN_JSON_VERSION_MINOR, NLOHMANN_JSON_VERSION_PATCH, ZSTD_versionString());
   return out;
 }
 

@@ -4,7 +4,6 @@
 #include <string_view>
 #include <utility>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "agent/logging.h"
@@ -75,15 +74,15 @@ struct HubServer::Impl {
 
 void HubServer::Impl::AddRoutes() {
   http.Get("/api/v1/diagnoses", "diagnoses",
-           [this](const httplib::Request&) { return serve::ServeDiagnoses(true, hub.Current()); });
-  http.Get(std::string(kHealthPath), "healthz", [this](const httplib::Request&) {
+           [this](const serve::HttpRequest&) { return serve::ServeDiagnoses(true, hub.Current()); });
+  http.Get(std::string(kHealthPath), "healthz", [this](const serve::HttpRequest&) {
     return serve::ApiResponse{200, std::string(serve::kJsonContentType), RenderHubHealth(hub)};
   });
-  http.Get("/metrics", "metrics", [this](const httplib::Request&) {
+  http.Get("/metrics", "metrics", [this](const serve::HttpRequest&) {
     return serve::ApiResponse{200, std::string(serve::kPrometheusContentType),
                               RenderHubMetrics(hub, notify ? notify() : NotifyCounters{})};
   });
-  http.Get("/api/v1/version", "version", [](const httplib::Request&) { return serve::ServeVersion(); });
+  http.Get("/api/v1/version", "version", [](const serve::HttpRequest&) { return serve::ServeVersion(); });
 }
 
 HubServer::HubServer() = default;

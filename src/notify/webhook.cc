@@ -10,9 +10,9 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include "agent/logging.h"
+#include "net/http_client.h"
 
 namespace ithbat::notify {
 namespace {
@@ -196,19 +196,13 @@ json SlackPayload(const Diagnosis& d, Transition t, std::string_view origin) {
   return {{"text", Cut(text, kSectionMax)}, {"blocks", std::move(blocks)}};
 }
 
-bool HttpsSupported() {
-#ifdef CPPHTTPLIB_OPENSSL_SUPPORT
-  return true;
-#else
-  return false;
-#endif
-}
+bool HttpsSupported() { return net::HttpsSupported(); }
 
 struct WebhookNotifier::Impl {
   WebhookOptions options;
-  std::string scheme_host_port;  // for httplib::Client
-  std::string path;
-  std::unique_ptr<httplib::Client> client;
+  std::string scheme_host_port;  // for the log and errors: never the path (it may hold a secret)
+  std::string url;
+  std::unique_ptr<net::HttpClient> client;
 
   mutable std::mutex mu;
   std::condition_variable cv;       // work arrived, or stop
@@ -233,42 +227,28 @@ struct WebhookNotifier::Impl {
 
 WebhookNotifier::Impl::Outcome WebhookNotifier::Impl::Attempt(const std::string& payload, TimeNs* retry_after,
                                                               std::string* why) {
-  httplib::Request req;
-  req.method = "POST";
-  req.path = path;
-  req.body = payload;
-  req.set_header("Content-Type", "application/json");
-  req.set_header("User-Agent", "ithbat-notify");
-  size_t received = 0;
-  const size_t max_bytes = options.max_response_bytes;
+  net::HttpCall call;
+  call.method = "POST";
+  call.url = url;
+  call.headers = {{"Content-Type", "application/json"}, {"User-Agent", "ithbat-notify"}};
+  call.body = payload;
   // The receiver's answer is read but not kept beyond a bound: a hostile endpoint cannot make
-  // the notifier hold a large body.
-  std::string answer;
-  // The status arrives with the headers, before the body: an answer cut off at the bound still
-  // says whether the message was taken (a receiver that accepts with a long page is not a failure).
-  int header_status = 0;
-  bool cut = false;
-  req.response_handler = [&](const httplib::Response& res) {
-    header_status = res.status;
-    return true;
-  };
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    received += n;
-    if (answer.size() < 512) answer.append(data, std::min(n, 512 - answer.size()));
-    cut = received > max_bytes;
-    return !cut;
-  };
-  httplib::Result r = client->send(req);
-  if (!r && !(cut && header_status > 0)) {
-    *why = fmt::format("cannot deliver to {}: {}", scheme_host_port, httplib::to_string(r.error()));
-    return r.error() == httplib::Error::Canceled ? Outcome::kGiveUp : Outcome::kRetry;
+  // the notifier hold a large body. The status arrives with the headers, before the body: an
+  // answer cut off at the bound still says whether the message was taken (a receiver that
+  // accepts with a long page is not a failure).
+  call.keep_cut_body = true;
+  auto r = client->Send(call);
+  if (!r) {
+    *why = fmt::format("cannot deliver to {}: {}", scheme_host_port, r.error().message);
+    return Outcome::kRetry;
   }
-  const int status = r ? r->status : header_status;
+  const int status = r->status;
   if (status >= 200 && status < 300) return Outcome::kSent;
-  *why = fmt::format("{} answered {}{}{}{}", scheme_host_port, status, answer.empty() ? "" : ": ",
-                     answer.substr(0, 200), cut ? fmt::format(" (answer cut at {} bytes)", max_bytes) : "");
-  if (status == 429 && r) {
-    const std::string text = r->get_header_value("Retry-After");
+  const std::string_view answer = std::string_view(r->body).substr(0, 200);
+  *why = fmt::format("{} answered {}{}{}{}", scheme_host_port, status, answer.empty() ? "" : ": ", answer,
+                     r->cut ? fmt::format(" (answer cut at {} bytes)", options.max_response_bytes) : "");
+  if (status == 429) {
+    const std::string& text = r->retry_after;
     unsigned seconds = 0;
     auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
     if (!text.empty() && ec == std::errc() && ptr == text.data() + text.size()) {
@@ -337,21 +317,19 @@ Result<std::unique_ptr<WebhookNotifier>> WebhookNotifier::Start(WebhookOptions o
     rest.remove_prefix(8);
     https = true;
   } else {
-    return MakeErrorF(ErrorCode::kInvalidArgument, "webhook URL '{}' must start with http:// or https://",
-                      url.substr(0, 100));
+    return MakeError(ErrorCode::kInvalidArgument, "the webhook URL must start with http:// or https://");
   }
   if (https && !HttpsSupported()) {
-    return MakeError(
-        ErrorCode::kInvalidArgument,
-        "webhook URL is https://, but this build's cpp-httplib has no TLS support (built without "
-        "OpenSSL); use an http:// relay or a build with OpenSSL");
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "webhook URL is https://, but this build's libcurl has no TLS support; use an http:// "
+                     "relay or a libcurl built with TLS");
   }
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
-  std::string path = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
   if (authority.empty() || authority.find('@') != std::string_view::npos) {
-    return MakeErrorF(ErrorCode::kInvalidArgument,
-                      "webhook URL '{}': no host (or credentials in it, unsupported)", url.substr(0, 100));
+    // The URL is not quoted back: credentials in it (or a webhook's secret path) must not reach
+    // a log.
+    return MakeError(ErrorCode::kInvalidArgument, "webhook URL: no host, or credentials in it (unsupported)");
   }
   for (char c : url) {
     if (static_cast<unsigned char>(c) <= ' ' || static_cast<unsigned char>(c) >= 0x7f) {
@@ -368,17 +346,12 @@ Result<std::unique_ptr<WebhookNotifier>> WebhookNotifier::Start(WebhookOptions o
   Impl& impl = *n->impl_;
   impl.options = std::move(options);
   impl.scheme_host_port = fmt::format("{}://{}", https ? "https" : "http", authority);
-  impl.path = std::move(path);
-  impl.client = std::make_unique<httplib::Client>(impl.scheme_host_port);
-  if (!impl.client->is_valid()) {
-    return MakeErrorF(ErrorCode::kInvalidArgument, "webhook URL: cannot use '{}'", impl.scheme_host_port);
-  }
-  const TimeNs t = impl.options.timeout;
-  const auto sec = static_cast<time_t>(t / kNsPerSec), usec = static_cast<time_t>((t % kNsPerSec) / kNsPerUs);
-  impl.client->set_connection_timeout(sec, usec);
-  impl.client->set_read_timeout(sec, usec);
-  impl.client->set_write_timeout(sec, usec);
-  impl.client->set_follow_location(false);
+  impl.url = impl.options.url;  // `url` named options.url, moved from above
+  net::HttpLimits limits;
+  limits.connect_timeout = impl.options.timeout;
+  limits.deadline = impl.options.timeout;
+  limits.max_body_bytes = impl.options.max_response_bytes;
+  impl.client = std::make_unique<net::HttpClient>(limits);
   impl.thread = std::thread([&impl] { impl.Run(); });
   impl.log->info("webhook: notifying {} ({})", impl.scheme_host_port,
                  https ? "https, server certificate verified" : "plain http");

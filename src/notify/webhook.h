@@ -11,9 +11,12 @@
 // number of times with exponential backoff (429's Retry-After honoured up to max_backoff), and
 // any other 4xx is given up at once (the request itself is wrong; repeating it cannot help).
 //
-// URLs: http:// always; https:// when cpp-httplib was built with OpenSSL (Debian's is:
+// URLs: http:// always; https:// when libcurl has TLS (Debian's libcurl4-openssl does:
 // HttpsSupported() says so, and Start refuses an https URL otherwise, saying why). The server
-// certificate is verified against the system's CA store.
+// certificate is verified against the system's CA store. Each POST goes through net::HttpClient:
+// the receiver's answer is bounded (headers, max_response_bytes, the timeout), never
+// decompressed, never redirected. The URL is never quoted in a log or error (its path is the
+// secret of a Slack-style webhook).
 //
 // Thread safety: Observe/Enqueue/Stats/Flush may be called from any thread.
 #include <cstddef>
@@ -65,7 +68,7 @@ struct WebhookOptions {
   std::string url;  // http://host[:port]/path or https://...
   std::string origin = "ithbat hub";
   size_t max_queue = 256;              // messages waiting; more are dropped (counted)
-  TimeNs timeout = 5 * kNsPerSec;      // connect, and each read/write, of one POST
+  TimeNs timeout = 5 * kNsPerSec;      // connecting, and the whole of one POST
   int max_attempts = 4;                // the first try and three retries
   TimeNs initial_backoff = kNsPerSec;  // doubled after each retry
   TimeNs max_backoff = 30 * kNsPerSec;

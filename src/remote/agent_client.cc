@@ -12,13 +12,13 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "core/event.h"
 #include "core/labels.h"
 #include "core/metric.h"
 #include "investigate/diagnosis_json.h"
+#include "net/http_client.h"
 
 namespace ithbat::remote {
 namespace {
@@ -38,24 +38,8 @@ std::string Cut(std::string_view text, size_t n = kMaxQuotedError) {
   return fmt::format("{}…", text.substr(0, n));
 }
 
-// httplib's error names ("Connection", "Read") in words.
-std::string TransportError(httplib::Error e) {
-  switch (e) {
-    case httplib::Error::Connection:
-      return "connection refused or failed";
-    case httplib::Error::ConnectionTimeout:
-      return "connection timed out";
-    case httplib::Error::Read:
-      return "reading the answer failed or timed out";
-    case httplib::Error::Write:
-      return "sending the request failed";
-    case httplib::Error::SSLConnection:
-    case httplib::Error::SSLServerVerification:
-      return "TLS failed";
-    default:
-      return httplib::to_string(e);
-  }
-}
+// A query's parameters in the order sent.
+using Params = std::vector<std::pair<std::string, std::string>>;
 
 struct HttpAnswer {
   int status = 0;
@@ -350,17 +334,14 @@ Result<HostPort> ParseHostPort(std::string_view text, uint16_t default_port) {
 }
 
 struct AgentClient::Impl {
-  explicit Impl(AgentClientOptions o) : options(std::move(o)), client(options.host, options.port) {
-    auto set = [](TimeNs t, auto&& fn) {
-      fn(static_cast<time_t>(t / kNsPerSec), static_cast<time_t>((t % kNsPerSec) / kNsPerUs));
-    };
-    set(options.connect_timeout, [&](time_t s, time_t us) { client.set_connection_timeout(s, us); });
-    set(options.read_timeout, [&](time_t s, time_t us) { client.set_read_timeout(s, us); });
-    set(options.read_timeout, [&](time_t s, time_t us) { client.set_write_timeout(s, us); });
-    client.set_keep_alive(true);
-    client.set_tcp_nodelay(true);  // small requests: no 40 ms wait for a delayed ACK
-    client.set_follow_location(false);
-    if (!options.bearer_token.empty()) client.set_bearer_token_auth(options.bearer_token);
+  explicit Impl(AgentClientOptions o) : options(std::move(o)), client(Limits(options)) {}
+
+  static net::HttpLimits Limits(const AgentClientOptions& o) {
+    net::HttpLimits l;
+    l.connect_timeout = o.connect_timeout;
+    l.deadline = o.request_deadline;
+    l.max_body_bytes = o.max_body_bytes;
+    return l;
   }
 
   std::string Address() const {
@@ -368,46 +349,30 @@ struct AgentClient::Impl {
     return fmt::format("{}{}{}:{}", v6 ? "[" : "", options.host, v6 ? "]" : "", options.port);
   }
 
-  // One bounded GET. Transport failures are errors; any HTTP status is an answer.
-  Result<HttpAnswer> Get(const std::string& path, const httplib::Params& params) {
+  // One bounded GET (net::HttpClient: headers, body and time bounded; never redirected or
+  // decompressed). Transport failures are errors; any HTTP status is an answer.
+  Result<HttpAnswer> Get(const std::string& path, const Params& params) {
     if (pull_stats && pull_stats->requests >= options.max_requests_per_pull) {
       return MakeErrorF(ErrorCode::kResourceExhausted, "the pull from {} reached its limit of {} requests",
                         Address(), options.max_requests_per_pull);
     }
     if (pull_stats) ++pull_stats->requests;
-    HttpAnswer answer;
-    bool too_large = false, too_slow = false;
-    const TimeNs deadline = MonotonicNowNs() + options.request_deadline;
-    auto receiver = [&](const char* data, size_t n) {
-      if (answer.body.size() + n > options.max_body_bytes) {
-        too_large = true;
-        return false;
-      }
-      if (MonotonicNowNs() > deadline) {
-        too_slow = true;
-        return false;
-      }
-      answer.body.append(data, n);
-      return true;
-    };
-    httplib::Result r = client.Get(path, params, httplib::Headers{}, receiver);
-    if (too_large) {
-      client.stop();  // the rest of the answer is still in the socket: drop the connection
-      return MakeErrorF(ErrorCode::kResourceExhausted, "{} {}: the answer is larger than {} bytes", Address(),
-                        path, options.max_body_bytes);
-    }
-    if (too_slow) {
-      client.stop();
-      return MakeErrorF(ErrorCode::kTimeout, "{} {}: the answer took longer than {} ms", Address(), path,
-                        options.request_deadline / kNsPerMs);
-    }
+    net::HttpCall call;
+    call.url = net::HttpOrigin(options.host, options.port) + path;
+    if (!params.empty()) call.url += "?" + net::QueryString(params);
+    if (!options.bearer_token.empty()) call.headers.emplace_back("Authorization", "Bearer " + options.bearer_token);
+    auto r = client.Send(call);
     if (!r) {
-      return MakeErrorF(ErrorCode::kUnavailable, "cannot reach the agent at {}: {}", Address(),
-                        TransportError(r.error()));
+      const Error& e = r.error();
+      switch (e.code) {
+        case ErrorCode::kResourceExhausted:
+        case ErrorCode::kTimeout:
+          return MakeErrorF(e.code, "{} {}: {}", Address(), path, e.message);
+        default:
+          return MakeErrorF(ErrorCode::kUnavailable, "cannot reach the agent at {}: {}", Address(), e.message);
+      }
     }
-    answer.status = r->status;
-    if (answer.body.empty() && !r->body.empty()) answer.body = r->body;
-    return answer;
+    return HttpAnswer{r->status, std::move(r->body)};
   }
 
   // A non-200 answer as an error of the right code.
@@ -429,7 +394,7 @@ struct AgentClient::Impl {
     }
   }
 
-  Result<json> GetJson(const std::string& path, const httplib::Params& params) {
+  Result<json> GetJson(const std::string& path, const Params& params) {
     auto a = Get(path, params);
     if (!a) return std::unexpected(a.error());
     if (a->status != 200) return StatusError(path, *a);
@@ -442,7 +407,7 @@ struct AgentClient::Impl {
   }
 
   // {"status":"success","data":...} → data.
-  Result<json> GetData(const std::string& path, const httplib::Params& params) {
+  Result<json> GetData(const std::string& path, const Params& params) {
     auto j = GetJson(path, params);
     if (!j) return std::unexpected(j.error());
     if (!j->is_object() || j->value("status", "") != "success" || !j->contains("data")) {
@@ -459,14 +424,14 @@ struct AgentClient::Impl {
   Status PullSteps(store::Store& dest, const RankKey& key, TimeNs from, TimeNs to, int depth);
 
   AgentClientOptions options;
-  httplib::Client client;
+  net::HttpClient client;
   PullStats* pull_stats = nullptr;  // the running pull's
   std::set<RankKey> ranks;          // the running pull's (job, rank) pairs
 };
 
 namespace {
 
-httplib::Params Window(TimeNs from, TimeNs to) {
+Params Window(TimeNs from, TimeNs to) {
   return {{"start", FormatRfc3339(from)}, {"end", FormatRfc3339(to)}};
 }
 
@@ -484,8 +449,8 @@ Status AgentClient::Impl::PullSeries(store::Store& dest, const std::string& sele
                                      const std::map<std::string, MetricDesc>& descs, TimeNs from, TimeNs to,
                                      int depth) {
   auto a = Get("/api/v1/series", [&] {
-    httplib::Params p = Window(from, to);
-    p.emplace("match", selector);
+    Params p = Window(from, to);
+    p.emplace_back("match", selector);
     return p;
   }());
   Status refused = Ok();
@@ -564,8 +529,8 @@ Status AgentClient::Impl::PullEvents(store::Store& dest, TimeNs from, TimeNs to)
   // instant are taken from the next page only (it holds them all unless one instant alone
   // holds a full page).
   while (end >= from) {
-    httplib::Params p = Window(from, end);
-    p.emplace("limit", std::to_string(kEventsPerPage));
+    Params p = Window(from, end);
+    p.emplace_back("limit", std::to_string(kEventsPerPage));
     auto data = GetData("/api/v1/events", p);
     if (!data) {
       partial = std::unexpected(data.error());
@@ -655,9 +620,9 @@ Status AgentClient::Impl::PullEvents(store::Store& dest, TimeNs from, TimeNs to)
 
 Status AgentClient::Impl::PullSteps(store::Store& dest, const RankKey& key, TimeNs from, TimeNs to,
                                     int depth) {
-  httplib::Params p = Window(from, to);
-  p.emplace("job", key.job);
-  p.emplace("rank", std::to_string(key.rank));
+  Params p = Window(from, to);
+  p.emplace_back("job", key.job);
+  p.emplace_back("rank", std::to_string(key.rank));
   auto data = GetData("/api/v1/steps", p);
   if (!data) {
     if (SplitHelps(data.error()) && depth < kMaxSplitDepth && to - from >= 2 * options.min_split_window) {
@@ -700,7 +665,7 @@ Result<std::vector<Diagnosis>> AgentClient::Diagnoses() {
   impl_->pull_stats = nullptr;
   const std::string path = "/api/v1/diagnoses";
   auto a = impl_->Get(path, {});
-  impl_->client.stop();  // one request: no idle connection left on the agent
+  impl_->client.Close();  // one request: no idle connection left on the agent
   if (!a) return std::unexpected(a.error());
   if (a->status == 503) {
     return MakeErrorF(ErrorCode::kUnavailable,
@@ -738,7 +703,7 @@ Result<std::vector<Diagnosis>> AgentClient::Diagnoses() {
 Result<std::string> AgentClient::Health() {
   impl_->pull_stats = nullptr;
   auto a = impl_->Get("/healthz", {});
-  impl_->client.stop();
+  impl_->client.Close();
   if (!a) return std::unexpected(a.error());
   if (a->status != 200) return impl_->StatusError("/healthz", *a);
   return std::move(a->body);
@@ -748,7 +713,7 @@ Result<std::string> AgentClient::NodeName() {
   impl_->pull_stats = nullptr;
   const std::string path = "/api/v1/version";
   auto a = impl_->Get(path, {});
-  impl_->client.stop();
+  impl_->client.Close();
   if (!a) return std::unexpected(a.error());
   if (a->status != 200) return impl_->StatusError(path, *a);
   json j;
@@ -792,7 +757,7 @@ Status AgentClient::PullInto(store::Store& store, TimeNs from, TimeNs to, PullSt
     Impl& impl;
     ~Reset() {
       impl.pull_stats = nullptr;
-      impl.client.stop();
+      impl.client.Close();
     }
   } reset{impl};
   if (from > to) return MakeErrorF(ErrorCode::kInvalidArgument, "pull window starts after it ends");

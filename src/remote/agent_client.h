@@ -4,9 +4,10 @@
 // another store. `ithbat hub` pulls every agent with it each round, `ithbat diagnose --agent`
 // reads diagnoses with it, `ithbat record --agent` copies an agent's window into a bundle.
 //
-// Bounds: every request has a connect timeout, a read timeout (per read) and a deadline for the
-// whole answer; an answer body larger than `max_body_bytes` is cut off and refused (a query that
-// would need more is split, see PullInto); a pull makes at most `max_requests_per_pull` requests.
+// Bounds (net::HttpClient): every request has a connect timeout and a deadline for the whole
+// answer, its headers are bounded, and an answer body larger than `max_body_bytes` is cut off and
+// refused (a query that would need more is split, see PullInto); a pull makes at most
+// `max_requests_per_pull` requests. Answers are never decompressed or redirected.
 //
 // Thread safety: one AgentClient per thread (a pull keeps one connection alive while it runs and
 // closes it at the end, so no idle connection delays an agent's shutdown). Different
@@ -29,7 +30,6 @@ struct AgentClientOptions {
   uint16_t port = 9479;
   std::string bearer_token;  // empty: no Authorization header
   TimeNs connect_timeout = 2 * kNsPerSec;
-  TimeNs read_timeout = 10 * kNsPerSec;      // one read of the socket
   TimeNs request_deadline = 60 * kNsPerSec;  // one whole answer, however slowly it drips
   size_t max_body_bytes = 64ull << 20;       // an answer larger than this is refused
   size_t max_requests_per_pull = 20'000;     // series queries, event pages, steps, splits

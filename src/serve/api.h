@@ -1,7 +1,7 @@
 #pragma once
 // The JSON API's request handling, apart from HTTP: each Serve* function takes the parsed query
 // parameters and returns the status and body to send. http_server.cc only routes, checks auth
-// and copies the result into the httplib response, so these are testable without sockets.
+// and copies the result into the HTTP response, so these are testable without sockets.
 //
 // Errors never escape as exceptions: bad input gives a 4xx ApiResponse with the documented error
 // body (docs/http-api.md). The caller still wraps each call, because nlohmann::json and the
@@ -22,7 +22,7 @@
 
 namespace ithbat::serve {
 
-// Same shape as httplib::Params, so the server passes req.params straight through.
+// A query's parameters, decoded, in the order given (a name may repeat).
 using QueryParams = std::multimap<std::string, std::string>;
 
 inline constexpr TimeNs kDefaultQueryWindow = 3600 * kNsPerSec;

@@ -1,19 +1,44 @@
 #include "serve/http_base.h"
 
+#include <algorithm>
 #include <cerrno>
-#include <chrono>
+#include <charconv>
+#include <cstdarg>
+#include <cstdio>
 #include <exception>
 #include <string_view>
 #include <utility>
 
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
 
 #include "serve/text_format.h"
 
 namespace ithbat::serve {
+
+// What one request carries between libmicrohttpd's calls of the access handler: set on the
+// first call (headers complete), counted while a body arrives, answered on the last.
+struct HttpBase::Exchange {
+  size_t header_bytes = 0;
+  size_t body_bytes = 0;
+  bool answered = false;  // a response is queued (a refusal may be queued before the body)
+};
+
 namespace {
+
+// The pool holds the request line, the headers and the read buffer, and later the response's
+// headers: 16 KiB past the request limit covers the response headers and lets the base answer
+// a request somewhat over the limit with its own JSON 431.
+size_t PoolBytes(size_t max_request_bytes) { return max_request_bytes + 16 * 1024; }
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -35,19 +60,123 @@ std::string_view BearerToken(std::string_view header) {
   return token;
 }
 
-void Apply(ApiResponse r, httplib::Response& res) {
-  res.status = r.status;
-  res.body = std::move(r.body);
-  res.set_header("Content-Type", r.content_type);
+bool IsReadMethod(std::string_view method) { return method == "GET" || method == "HEAD"; }
+
+// The method as logged and echoed: at most 16 bytes of it.
+std::string_view ShortMethod(const char* method) {
+  std::string_view m = method ? method : "";
+  return m.substr(0, 16);
 }
 
-void ApplyError(int status, std::string_view message, httplib::Response& res) {
-  Apply(ErrorResponse(status, ErrorCodeForStatus(status), message), res);
+MHD_Result ToMhd(int ok) { return ok ? MHD_YES : MHD_NO; }
+
+MHD_Result AccessThunk(void* cls, MHD_Connection* connection, const char* url, const char* method,
+                       const char* /*version*/, const char* upload_data, size_t* upload_data_size,
+                       void** request_state) {
+  return ToMhd(static_cast<HttpBase*>(cls)->OnRequest(connection, url, method, upload_data, upload_data_size,
+                                                      request_state));
+}
+
+void CompletedThunk(void* cls, MHD_Connection*, void** request_state, MHD_RequestTerminationCode) {
+  static_cast<HttpBase*>(cls)->OnRequestDone(request_state);
+}
+
+void ConnectionThunk(void* cls, MHD_Connection*, void**, MHD_ConnectionNotificationCode code) {
+  static_cast<HttpBase*>(cls)->OnConnection(code == MHD_CONNECTION_NOTIFY_STARTED);
+}
+
+void LogThunk(void* cls, const char* format, va_list args) {
+  char text[512];
+  std::vsnprintf(text, sizeof(text), format, args);
+  static_cast<HttpBase*>(cls)->OnLibraryLog(text);
+}
+
+MHD_Result SumHeader(void* cls, MHD_ValueKind, const char* key, const char* value) {
+  auto* sum = static_cast<size_t*>(cls);
+  *sum += (key ? std::string_view(key).size() : 0) + (value ? std::string_view(value).size() : 0) + 4;
+  return MHD_YES;
+}
+
+MHD_Result CollectParam(void* cls, MHD_ValueKind, const char* key, const char* value) {
+  auto* params = static_cast<QueryParams*>(cls);
+  params->emplace(key ? key : "", value ? value : "");
+  return MHD_YES;
+}
+
+void DeleteBody(void* cls) { delete static_cast<std::string*>(cls); }
+
+// A listening socket for `address`:`port` (numeric or a name getaddrinfo resolves), non-blocking
+// (the event-loop threads share it), SO_REUSEADDR for a quick restart but not SO_REUSEPORT,
+// which would let a second agent bind the same port and receive half the requests.
+Result<int> Listen(const std::string& address, uint16_t port) {
+  const std::string where = fmt::format("cannot listen on {}:{}", address, port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (int rc = getaddrinfo(address.empty() ? nullptr : address.c_str(), service.c_str(), &hints, &found);
+      rc != 0) {
+    return MakeErrorF(ErrorCode::kUnavailable, "{}: invalid address ({})", where, gai_strerror(rc));
+  }
+  int err = 0;
+  int fd = -1;
+  for (addrinfo* ai = found; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    // Small JSON answers must not wait for the client's delayed ACK (Nagle); accepted sockets
+    // inherit it on Linux.
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+      err = errno;
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (fd < 0) return ErrnoError(ErrorCode::kUnavailable, where, err);
+  return fd;
+}
+
+uint16_t BoundPort(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  return 0;
+}
+
+// Each connection is a descriptor: the soft limit (often 1024) must leave room for the
+// connection limit besides the store's files and the probes. The event loop uses epoll, so a
+// higher limit costs nothing; the hard limit stays the operator's.
+void RaiseDescriptorLimit(unsigned connections, spdlog::logger& log) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = static_cast<rlim_t>(connections) + 1024;
+  if (limit.rlim_cur >= wanted) return;
+  rlim_t raised = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+  if (raised <= limit.rlim_cur) {
+    log.warn("http: the descriptor limit ({}) is below the connection limit ({}) + 1024", limit.rlim_cur,
+             connections);
+    return;
+  }
+  rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = raised;
+  if (setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    log.debug("http: raised the descriptor limit from {} to {}", before, raised);
+  }
 }
 
 }  // namespace
 
-HttpBase::HttpBase(HttpBaseOptions options) : options_(std::move(options)) { Configure(); }
+HttpBase::HttpBase(HttpBaseOptions options) : options_(std::move(options)) {}
 
 HttpBase::~HttpBase() { Stop(); }
 
@@ -59,166 +188,213 @@ std::string HttpBase::InternalErrorMessage() const {
   return fmt::format("internal error (logged by the {})", options_.owner);
 }
 
-httplib::Server::HandlerResponse HttpBase::PreRoute(const httplib::Request& req, httplib::Response& res) const {
-  using HR = httplib::Server::HandlerResponse;
-  // httplib bounds each line (8 KiB); this bounds their sum.
-  size_t bytes = req.method.size() + req.target.size() + req.version.size() + 4;
-  for (const auto& [name, value] : req.headers) bytes += name.size() + value.size() + 4;
+ApiResponse HttpBase::Error(int status, std::string_view message) const {
+  return ErrorResponse(status, ErrorCodeForStatus(status), message);
+}
+
+void HttpBase::Get(const std::string& path, std::string what, ApiHandler fn) {
+  routes_[path] = Route{std::move(what), std::move(fn)};
+}
+
+HttpBaseStats HttpBase::Stats() const {
+  HttpBaseStats s;
+  s.requests = requests_.load(std::memory_order_relaxed);
+  s.refused_too_large = refused_too_large_.load(std::memory_order_relaxed);
+  s.refused_unauthorized = refused_unauthorized_.load(std::memory_order_relaxed);
+  s.refused_method = refused_method_.load(std::memory_order_relaxed);
+  s.open_connections = open_connections_.load(std::memory_order_relaxed);
+  s.library_messages = library_messages_.load(std::memory_order_relaxed);
+  return s;
+}
+
+void HttpBase::OnConnection(bool opened) {
+  if (opened) {
+    open_connections_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    open_connections_.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void HttpBase::OnLibraryLog(const char* text) {
+  std::string_view t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.remove_suffix(1);
+  // The library logs each connection it refused or dropped (over a limit, past its pool,
+  // malformed, closed half-way): an attacker decides how many, so they go to the debug log and
+  // a count, never as a flood into the agent's log at its default level.
+  library_messages_.fetch_add(1, std::memory_order_relaxed);
+  Log().debug("http: {}", t);
+}
+
+void HttpBase::OnRequestDone(void** request_state) {
+  delete static_cast<Exchange*>(*request_state);
+  *request_state = nullptr;
+}
+
+bool HttpBase::Screen(MHD_Connection* connection, const char* url, const char* method, ApiResponse& out,
+                      std::map<std::string, std::string>& headers_out) {
+  // The library bounds the headers by its pool; this bounds them by the configured limit, with
+  // the API's JSON error.
+  size_t bytes = std::string_view(method).size() + std::string_view(url).size() + 12;
+  MHD_get_connection_values(connection, MHD_HEADER_KIND, &SumHeader, &bytes);
+  MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, &SumHeader, &bytes);
   if (bytes > options_.max_request_bytes) {
-    ApplyError(431,
-               fmt::format("request headers are {} bytes, more than the limit of {}", bytes,
-                           options_.max_request_bytes),
-               res);
-    return HR::Handled;
+    refused_too_large_.fetch_add(1, std::memory_order_relaxed);
+    out = Error(431, fmt::format("request headers are {} bytes, more than the limit of {}", bytes,
+                                 options_.max_request_bytes));
+    return true;
+  }
+  // Both framings at once is how requests are smuggled past a proxy that reads the other one
+  // (RFC 9112 section 6.1 lets a server refuse it); no client of ours sends a body at all.
+  if (MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH) != nullptr &&
+      MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) != nullptr) {
+    out = Error(400, "both Content-Length and Transfer-Encoding: the request's length is ambiguous");
+    return true;
+  }
+  // A declared body over the limit is refused before it is sent (a chunked one is counted as it
+  // comes, below).
+  if (const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+      length != nullptr && IsReadMethod(method)) {
+    std::string_view digits = length;
+    uint64_t declared = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), declared);
+    // Malformed or out of range counts as too large: the library has already refused a length
+    // it cannot parse, so this is only belt and braces.
+    if (ec != std::errc() || end != digits.data() + digits.size() || declared > options_.max_request_bytes) {
+      refused_too_large_.fetch_add(1, std::memory_order_relaxed);
+      out = Error(413, fmt::format("a request body of {} bytes, more than the limit of {}", digits.substr(0, 20),
+                                   options_.max_request_bytes));
+      return true;
+    }
+  }
+  if (!IsReadMethod(method)) {
+    refused_method_.fetch_add(1, std::memory_order_relaxed);
+    headers_out["Allow"] = "GET, HEAD";
+    out = Error(405, fmt::format("method {} not allowed; {}", ShortMethod(method), options_.read_only_note));
+    return true;
   }
   // The open path (/healthz) stays open so that probes need no secret; it reveals only health.
-  if (!options_.bearer_token.empty() && req.path != options_.open_path) {
-    std::string header = req.get_header_value("Authorization");
-    std::string_view token = BearerToken(header);
-    if (!ConstantTimeEquals(token, options_.bearer_token)) {
-      res.set_header("WWW-Authenticate", header.empty() ? R"(Bearer realm="ithbat")"
-                                                        : R"(Bearer realm="ithbat", error="invalid_token")");
-      ApplyError(401,
-                 header.empty() ? "a bearer token is required (Authorization: Bearer <token>)"
-                                : "invalid bearer token",
-                 res);
-      return HR::Handled;
+  if (!options_.bearer_token.empty() && url != options_.open_path) {
+    const char* value = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    std::string_view header = value ? value : "";
+    if (!ConstantTimeEquals(BearerToken(header), options_.bearer_token)) {
+      refused_unauthorized_.fetch_add(1, std::memory_order_relaxed);
+      headers_out["WWW-Authenticate"] =
+          header.empty() ? R"(Bearer realm="ithbat")" : R"(Bearer realm="ithbat", error="invalid_token")";
+      out = Error(401, header.empty() ? "a bearer token is required (Authorization: Bearer <token>)"
+                                      : "invalid bearer token");
+      return true;
     }
   }
-  return HR::Unhandled;
+  return false;
 }
 
-void HttpBase::Configure() {
-  int threads = options_.threads;
-  server_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  auto sec = static_cast<time_t>(options_.request_timeout / kNsPerSec);
-  auto usec = static_cast<time_t>((options_.request_timeout % kNsPerSec) / kNsPerUs);
-  server_.set_read_timeout(sec, usec);
-  server_.set_write_timeout(sec, usec);
-  server_.set_payload_max_length(options_.max_request_bytes);
-  // Small JSON answers must not wait for the client's delayed ACK (Nagle): without this a hub or
-  // `ithbat record` pulling an agent paid ~40 ms per request.
-  server_.set_tcp_nodelay(true);
-  // httplib's default also sets SO_REUSEPORT, which would let a second agent (or hub) bind the
-  // same port and silently receive half the scrapes. SO_REUSEADDR alone still allows a quick
-  // restart.
-  server_.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-
-  server_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    try {
-      return PreRoute(req, res);
-    } catch (const std::exception& e) {
-      Log().error("http: pre-routing {} failed: {}", req.path, e.what());
-    } catch (...) {
-      Log().error("http: pre-routing {} failed with an unknown exception", req.path);
-    }
-    try {
-      res.headers.clear();
-      ApplyError(500, InternalErrorMessage(), res);
-    } catch (...) {
-      res.status = 500;
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // Statuses httplib sets itself (404, 400, 413, 414) get the same JSON error body as ours.
-  server_.set_error_handler(
-      httplib::Server::HandlerWithResponse([this](const httplib::Request&, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        try {
-          ApplyError(res.status,
-                     options_.default_message ? options_.default_message(res.status) : "request refused", res);
-        } catch (...) {
-          return httplib::Server::HandlerResponse::Unhandled;
-        }
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  server_.set_exception_handler(
-      [this](const httplib::Request& req, httplib::Response& res, const std::exception_ptr& ep) {
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          Log().error("http: {} failed: {}", req.path, e.what());
-        } catch (...) {
-          Log().error("http: {} failed with an unknown exception", req.path);
-        }
-        try {
-          ApplyError(500, InternalErrorMessage(), res);
-        } catch (...) {
-          res.status = 500;
-        }
-      });
-  server_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    Log().debug("http: {} {} -> {}", req.method, req.path, res.status);
-  });
-
-  // Other methods get 405 from real handlers rather than from the pre-routing hook, so that
-  // httplib reads (and bounds) the body first: an unread body would be parsed as the next
-  // request on a kept-alive connection.
-  auto not_allowed = [this](const httplib::Request& req, httplib::Response& res) {
-    try {
-      res.set_header("Allow", "GET, HEAD");
-      ApplyError(405,
-                 fmt::format("method {} not allowed; {}", req.method.substr(0, 16), options_.read_only_note),
-                 res);
-    } catch (...) {
-      res.status = 405;
-    }
-  };
-  server_.Post(".*", not_allowed);
-  server_.Put(".*", not_allowed);
-  server_.Patch(".*", not_allowed);
-  server_.Delete(".*", not_allowed);
-  server_.Options(".*", not_allowed);
+int HttpBase::Send(MHD_Connection* connection, ApiResponse response,
+                   const std::map<std::string, std::string>& headers, const char* method, const char* url) {
+  auto* body = new std::string(std::move(response.body));
+  MHD_Response* r = MHD_create_response_from_buffer_with_free_callback_cls(body->size(), body->data(), &DeleteBody,
+                                                                           body);
+  if (r == nullptr) {
+    delete body;
+    return 0;  // the library closes the connection
+  }
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, response.content_type.c_str());
+  for (const auto& [name, value] : headers) MHD_add_response_header(r, name.c_str(), value.c_str());
+  const MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(response.status), r);
+  MHD_destroy_response(r);  // the queued response keeps its own reference
+  Log().debug("http: {} {} -> {}", ShortMethod(method), url, response.status);
+  return queued == MHD_YES;
 }
 
-void HttpBase::Get(const std::string& pattern, std::string what, ApiHandler fn) {
-  // An exception becomes a 500 JSON error and a log line, never a crash or an httplib default
-  // page.
-  server_.Get(pattern, [this, what = std::move(what), fn = std::move(fn)](const httplib::Request& req,
-                                                                          httplib::Response& res) {
-    try {
-      Apply(fn(req), res);
-      return;
-    } catch (const std::exception& e) {
-      Log().error("http: {} {} failed: {}", what, req.path, e.what());
-    } catch (...) {
-      Log().error("http: {} {} failed with an unknown exception", what, req.path);
+int HttpBase::Answer(MHD_Connection* connection, const std::string& url, const std::string& method) {
+  auto route = routes_.find(url);
+  if (route == routes_.end()) {
+    return Send(connection,
+                Error(404, options_.default_message ? options_.default_message(404) : "no such endpoint"), {},
+                method.c_str(), url.c_str());
+  }
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  // An exception becomes a 500 JSON error and a log line, never a crash or a library page.
+  try {
+    HttpRequest request{method, url, {}};
+    MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, &CollectParam, &request.params);
+    return Send(connection, route->second.fn(request), {}, method.c_str(), url.c_str());
+  } catch (const std::exception& e) {
+    Log().error("http: {} {} failed: {}", route->second.what, url, e.what());
+  } catch (...) {
+    Log().error("http: {} {} failed with an unknown exception", route->second.what, url);
+  }
+  try {
+    return Send(connection, Error(500, InternalErrorMessage()), {}, method.c_str(), url.c_str());
+  } catch (...) {
+    return 0;  // out of memory: the library closes the connection
+  }
+}
+
+int HttpBase::OnRequest(MHD_Connection* connection, const char* url, const char* method, const char* /*upload_data*/,
+                        size_t* upload_data_size, void** request_state) {
+  try {
+    auto* exchange = static_cast<Exchange*>(*request_state);
+    if (exchange == nullptr) {
+      // The first call: the request line and headers are in. A refusal goes out now, before any
+      // body: the library then sends no "100 Continue", and "Connection: close" ends the
+      // connection after the answer, so an unread body is never parsed as the next request.
+      exchange = new Exchange();
+      *request_state = exchange;
+      ApiResponse refusal;
+      std::map<std::string, std::string> headers;
+      if (Screen(connection, url, method, refusal, headers)) {
+        exchange->answered = true;
+        headers["Connection"] = "close";
+        return Send(connection, std::move(refusal), headers, method, url);
+      }
+      return 1;
     }
-    res.headers.clear();
-    ApplyError(500, InternalErrorMessage(), res);
-  });
+    if (*upload_data_size > 0) {
+      // No route takes a body: it is counted and dropped, never kept. Past the limit (a chunked
+      // body declares no length) the connection is closed, the rest unread: libmicrohttpd
+      // 0.9.75 cannot queue an answer while a body arrives, so there is no 413 then.
+      exchange->body_bytes += *upload_data_size;
+      *upload_data_size = 0;
+      if (exchange->body_bytes > options_.max_request_bytes) {
+        if (!exchange->answered) refused_too_large_.fetch_add(1, std::memory_order_relaxed);
+        exchange->answered = true;
+        return 0;
+      }
+      return 1;
+    }
+    if (exchange->answered) return 1;
+    exchange->answered = true;
+    return Answer(connection, url, method);
+  } catch (...) {
+    return 0;  // out of memory: the library closes the connection
+  }
 }
 
 Status HttpBase::Start() {
   const HttpBaseOptions& o = options_;
-  errno = 0;
-  int port = -1;
-  if (o.port == 0) {
-    port = server_.bind_to_any_port(o.bind_address);
-  } else if (server_.bind_to_port(o.bind_address, o.port)) {
-    port = o.port;
-  }
-  int err = errno;
-  if (port <= 0) {
-    std::string where = fmt::format("cannot listen on {}:{}", o.bind_address, o.port);
-    if (err != 0) return ErrnoError(ErrorCode::kUnavailable, where, err);
-    return MakeErrorF(ErrorCode::kUnavailable, "{}: invalid address", where);
-  }
-  port_ = static_cast<uint16_t>(port);
-  thread_ = std::thread([this] {
-    server_.listen_after_bind();
-    listen_returned_ = true;
-  });
-  // The socket already listens (connections queue), but Stop() must not race the accept loop's
-  // start: httplib's stop() is a no-op until the loop runs, which would leave join() hanging.
-  while (!server_.is_running() && !listen_returned_) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (listen_returned_) {
-    thread_.join();
+  if (daemon_ != nullptr) return MakeError(ErrorCode::kInternal, "the HTTP server already runs");
+  Result<int> fd = Listen(o.bind_address, o.port);
+  if (!fd) return std::unexpected(fd.error());
+  port_ = BoundPort(*fd);
+  RaiseDescriptorLimit(o.max_connections, Log());
+
+  const unsigned timeout_s =
+      static_cast<unsigned>(std::max<TimeNs>(1, (o.request_timeout + kNsPerSec - 1) / kNsPerSec));
+  const unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+  daemon_ = MHD_start_daemon(
+      flags, 0, nullptr, nullptr, &AccessThunk, this,                                   //
+      MHD_OPTION_EXTERNAL_LOGGER, &LogThunk, this,  // first, or early messages go to stderr
+      MHD_OPTION_LISTEN_SOCKET, *fd,                                                     //
+      MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(std::max(1, o.threads)),       //
+      MHD_OPTION_CONNECTION_LIMIT, o.max_connections,                                    //
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, o.max_connections_per_address,                 //
+      MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,                                          //
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, PoolBytes(o.max_request_bytes),                //
+      MHD_OPTION_NOTIFY_COMPLETED, &CompletedThunk, this,                                //
+      MHD_OPTION_NOTIFY_CONNECTION, &ConnectionThunk, this,                              //
+      MHD_OPTION_END);
+  if (daemon_ == nullptr) {
+    close(*fd);
     return MakeErrorF(ErrorCode::kUnavailable, "the {} on {}:{} stopped at once", o.server_name, o.bind_address,
                       port_);
   }
@@ -227,9 +403,9 @@ Status HttpBase::Start() {
 
 void HttpBase::Stop() {
   std::lock_guard lock(stop_mu_);
-  if (!thread_.joinable()) return;
-  server_.stop();
-  thread_.join();
+  if (daemon_ == nullptr) return;
+  MHD_stop_daemon(daemon_);  // closes the listening socket it was given
+  daemon_ = nullptr;
 }
 
 }  // namespace ithbat::serve

@@ -1,27 +1,33 @@
 #pragma once
-// The httplib machinery that the agent's server (serve::HttpServer) and the hub's
-// (hub::HubServer) share: one httplib::Server configured with a fixed thread pool, read/write
-// timeouts, a request size limit, TCP_NODELAY and no SO_REUSEPORT; a pre-routing hook that
-// enforces the size limit (431) and the optional bearer token (401); the agent's JSON error
-// bodies for every status httplib answers itself; 405 for every method but GET/HEAD; handlers
-// that turn an exception into a 500 and a log line; and binding, the accept loop on a thread of
-// its own, and stopping. Routes and their answers stay with each server.
+// The bounded HTTP server that the agent's server (serve::HttpServer) and the hub's
+// (hub::HubServer) share, on libmicrohttpd (docs/security.md, "HTTP", says why that library):
+// an event loop on a fixed number of threads, so a slow client holds a connection slot and a
+// little memory, never a worker; every connection's memory capped (request line and headers
+// live in a fixed pool: a request past it is refused before it grows); a connection limit, a
+// per-address limit and an idle timeout; a request body (no route takes one) counted and
+// refused, never buffered or decompressed. On top: the size limit (431/413) and the optional
+// bearer token (401) checked before any route, the agent's JSON error bodies, 405 for every
+// method but GET/HEAD, handlers that turn an exception into a 500 and a log line, and binding
+// and stopping. Routes and their answers stay with each server.
 //
-// Private to ithbat (the hub links serve); include it only where httplib is already used.
+// Private to ithbat (the hub links serve).
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
-#include <httplib.h>
 #include <spdlog/logger.h>
 
 #include "core/result.h"
 #include "core/time.h"
 #include "serve/api.h"
+
+struct MHD_Daemon;
+struct MHD_Connection;
 
 namespace ithbat::serve {
 
@@ -29,9 +35,19 @@ struct HttpBaseOptions {
   std::string bind_address = "127.0.0.1";
   uint16_t port = 0;  // 0 = pick a free port
   std::string bearer_token;  // empty = no auth
-  size_t max_request_bytes = 64 * 1024;  // headers + body
-  TimeNs request_timeout = 10 * kNsPerSec;  // read and write timeouts; positive
-  int threads = 4;  // workers; positive (the callers bound it)
+  // Request line + headers + body. The agent's and hub's requests are a path and a short query;
+  // 16 KiB is twice the 8 KiB line nginx and Prometheus accept by default. A request up to 16 KiB
+  // past this gets the JSON 431/413 below; past that the library's fixed per-connection pool
+  // refuses it itself (431 or 414, no JSON body).
+  size_t max_request_bytes = 16 * 1024;
+  // A connection that sends or takes nothing for this long is closed (rounded up to seconds).
+  TimeNs request_timeout = 10 * kNsPerSec;  // positive
+  int threads = 4;  // event-loop threads; positive (the callers bound it)
+  // Open connections at once, and from one client address. A slow client costs one slot and at
+  // most its pool (max_request_bytes + 16 KiB, 32 KiB by default): 64 MiB if every slot held a
+  // full one (docs/security.md).
+  unsigned max_connections = 2048;
+  unsigned max_connections_per_address = 1024;
 
   std::string open_path = "/healthz";  // served without a token so that probes need no secret
   // Who logs a 500: "internal error (logged by the <owner>)".
@@ -40,7 +56,7 @@ struct HttpBaseOptions {
   std::string server_name = "HTTP server";
   // Ends the 405 message: "method POST not allowed; <read_only_note>".
   std::string read_only_note = "the API is read-only (GET, HEAD)";
-  // The error message for a status httplib set itself (400, 404, 413, 414, ...).
+  // The error message for a status the base answers without a route (404, 413, ...).
   std::function<std::string(int status)> default_message;
   // Where failures and requests are logged; null = spdlog's default logger at the time.
   std::shared_ptr<spdlog::logger> logger;
@@ -60,8 +76,25 @@ HttpBaseOptions ListenOptionsFrom(const ServerOptionsT& o) {
   return b;
 }
 
+// What a handler sees of a request: the decoded path and query parameters.
+struct HttpRequest {
+  std::string method;  // GET or HEAD
+  std::string path;
+  QueryParams params;
+};
+
 // A handler body: the request in, status/content type/body out.
-using ApiHandler = std::function<ApiResponse(const httplib::Request&)>;
+using ApiHandler = std::function<ApiResponse(const HttpRequest&)>;
+
+// What the server refused and how many connections it holds (for self-metrics and tests).
+struct HttpBaseStats {
+  uint64_t requests = 0;              // answered by a route (any status)
+  uint64_t refused_too_large = 0;     // 431/413 answered, or a chunked body cut off, by the base
+  uint64_t refused_unauthorized = 0;  // 401
+  uint64_t refused_method = 0;        // 405
+  uint64_t open_connections = 0;
+  uint64_t library_messages = 0;      // connections libmicrohttpd refused or dropped itself, and its errors
+};
 
 class HttpBase {
  public:
@@ -71,28 +104,55 @@ class HttpBase {
   HttpBase(const HttpBase&) = delete;
   HttpBase& operator=(const HttpBase&) = delete;
 
-  // GET (and HEAD) `pattern` answered by `fn`; `what` names it in the log when it throws.
-  void Get(const std::string& pattern, std::string what, ApiHandler fn);
+  // GET (and HEAD) of exactly `path` answered by `fn`; `what` names it in the log when it throws.
+  void Get(const std::string& path, std::string what, ApiHandler fn);
 
   // Binds (errors: kUnavailable with the OS reason when the address is taken or invalid) and
-  // runs the accept loop on a thread of its own; returns once that loop runs.
+  // starts the event-loop threads; returns once they run.
   Status Start();
-  // Closes the listening socket, lets in-flight requests finish and joins the thread. Idempotent.
+  // Closes the listening socket and every connection and joins the threads (a handler that runs
+  // finishes first). Idempotent.
   void Stop();
   uint16_t port() const { return port_; }  // the bound port (after Start)
+  HttpBaseStats Stats() const;
+
+  // libmicrohttpd's callbacks (C linkage needs free functions; they forward here).
+  struct Exchange;
+  int OnRequest(MHD_Connection* connection, const char* url, const char* method, const char* upload_data,
+                size_t* upload_data_size, void** request_state);
+  void OnRequestDone(void** request_state);
+  void OnConnection(bool opened);
+  void OnLibraryLog(const char* text);
 
  private:
-  void Configure();
-  httplib::Server::HandlerResponse PreRoute(const httplib::Request& req, httplib::Response& res) const;
+  struct Route {
+    std::string what;
+    ApiHandler fn;
+  };
+  // The answer to a request that is complete (headers and, if any, its body counted).
+  int Answer(MHD_Connection* connection, const std::string& url, const std::string& method);
+  // An answer that needs no route: the size, method and token checks, in that order. Returns
+  // true (and sets `out`) when the request is refused.
+  bool Screen(MHD_Connection* connection, const char* url, const char* method, ApiResponse& out,
+              std::map<std::string, std::string>& headers_out);
+  int Send(MHD_Connection* connection, ApiResponse response, const std::map<std::string, std::string>& headers,
+           const char* method, const char* url);
+  ApiResponse Error(int status, std::string_view message) const;
   spdlog::logger& Log() const;
   std::string InternalErrorMessage() const;
 
   HttpBaseOptions options_;
-  httplib::Server server_;
-  std::thread thread_;
-  std::atomic<bool> listen_returned_{false};
+  std::map<std::string, Route> routes_;
+  MHD_Daemon* daemon_ = nullptr;
   uint16_t port_ = 0;
   std::mutex stop_mu_;
+
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> refused_too_large_{0};
+  std::atomic<uint64_t> refused_unauthorized_{0};
+  std::atomic<uint64_t> refused_method_{0};
+  std::atomic<uint64_t> open_connections_{0};
+  std::atomic<uint64_t> library_messages_{0};
 };
 
 }  // namespace ithbat::serve

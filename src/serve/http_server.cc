@@ -1,4 +1,4 @@
-// The agent's routes over the shared httplib machinery (http_base.h: binding, threads, limits,
+// The agent's routes over the shared bounded HTTP machinery (http_base.h: binding, threads, limits,
 // auth, JSON errors). What each endpoint answers lives in api.cc (JSON) and exposition.cc
 // (/metrics).
 #include "serve/http_server.h"
@@ -7,7 +7,6 @@
 #include <string_view>
 #include <utility>
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include "core/time.h"
@@ -22,20 +21,8 @@ constexpr int kMaxThreads = 256;
 
 std::string DefaultMessage(int status) {
   switch (status) {
-    case 400:
-      return "malformed request (a header line over 8 KiB, or bad syntax)";
     case 404:
       return "no such endpoint; see docs/http-api.md";
-    case 413:
-      return "request body too large";
-    case 414:
-      return "request line too long (8 KiB max)";
-    case 405:
-      return "method not allowed";
-    case 408:
-      return "request timeout";
-    case 416:
-      return "range not satisfiable";
     default:
       return status >= 500 ? "internal error" : "request refused";
   }
@@ -67,29 +54,29 @@ struct HttpServer::Impl {
 };
 
 void HttpServer::Impl::AddRoutes() {
-  http.Get("/metrics", "/metrics", [this](const httplib::Request&) {
+  http.Get("/metrics", "/metrics", [this](const HttpRequest&) {
     ApiResponse r;
     r.content_type = std::string(kPrometheusContentType);
     r.body = RenderPrometheusText(store, NowNs() - options.stale_after);
     return r;
   });
   http.Get("/api/v1/series", "series",
-           [this](const httplib::Request& req) { return ServeSeries(store, req.params, options, NowNs()); });
+           [this](const HttpRequest& req) { return ServeSeries(store, req.params, options, NowNs()); });
   http.Get("/api/v1/events", "events",
-           [this](const httplib::Request& req) { return ServeEvents(store, req.params); });
+           [this](const HttpRequest& req) { return ServeEvents(store, req.params); });
   http.Get("/api/v1/steps", "steps",
-           [this](const httplib::Request& req) { return ServeSteps(store, req.params, NowNs()); });
-  http.Get("/api/v1/metrics", "metrics list", [this](const httplib::Request&) {
+           [this](const HttpRequest& req) { return ServeSteps(store, req.params, NowNs()); });
+  http.Get("/api/v1/metrics", "metrics list", [this](const HttpRequest&) {
     return ServeMetricList(store, sources.metric_descs ? sources.metric_descs() : std::vector<MetricDesc>());
   });
-  http.Get(std::string(kHealthPath), "healthz", [this](const httplib::Request&) {
+  http.Get(std::string(kHealthPath), "healthz", [this](const HttpRequest&) {
     return ServeHealth(sources.collectors ? sources.collectors() : std::vector<agent::CollectorStatus>());
   });
-  http.Get("/api/v1/diagnoses", "diagnoses", [this](const httplib::Request&) {
+  http.Get("/api/v1/diagnoses", "diagnoses", [this](const HttpRequest&) {
     const bool enabled = static_cast<bool>(sources.diagnoses);
     return ServeDiagnoses(enabled, enabled ? sources.diagnoses() : std::vector<Diagnosis>());
   });
-  http.Get("/api/v1/version", "version", [this](const httplib::Request&) { return ServeVersion(options.node); });
+  http.Get("/api/v1/version", "version", [this](const HttpRequest&) { return ServeVersion(options.node); });
 }
 
 HttpServer::HttpServer() = default;

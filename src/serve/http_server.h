@@ -1,8 +1,8 @@
 #pragma once
-// The agent's HTTP endpoint (cpp-httplib): /metrics (Prometheus text format 0.0.4),
+// The agent's HTTP endpoint (http_base.h, on libmicrohttpd): /metrics (Prometheus text format 0.0.4),
 // /api/v1/series, /api/v1/events, /api/v1/steps, /api/v1/diagnoses, /healthz, /api/v1/version. Documented in
 // docs/http-api.md. Binds 127.0.0.1 unless configured; an optional bearer token guards every
-// path except /healthz. Requests are bounded in size and time.
+// path except /healthz. Requests, connections and their memory are bounded (http_base.h).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -22,8 +22,8 @@ struct ServerOptions {
   std::string bind_address = "127.0.0.1";
   uint16_t port = kDefaultPort;               // 0 = pick a free port (tests)
   std::string bearer_token;                   // empty = no auth
-  size_t max_request_bytes = 64 * 1024;       // headers + body
-  TimeNs request_timeout = 10 * kNsPerSec;    // read and write timeouts
+  size_t max_request_bytes = 16 * 1024;       // request line + headers + body (http_base.h)
+  TimeNs request_timeout = 10 * kNsPerSec;    // a connection idle this long is closed
   TimeNs stale_after = 5 * 60 * kNsPerSec;    // /metrics leaves out series silent this long
   size_t max_series_per_query = 10'000;
   size_t max_samples_per_query = 5'000'000;

@@ -239,7 +239,7 @@ TEST(ServingCollector, OversizedBodyIsReported) {
   ASSERT_NE(collector, nullptr);
   ASSERT_TRUE(collector->Collect(1).has_value());
   EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "7"}}), 0.0);
-  EXPECT_NE(collector->Health().last_error.find("exceeds"), std::string::npos) << collector->Health().last_error;
+  EXPECT_NE(collector->Health().last_error.find("larger than 1024 bytes"), std::string::npos) << collector->Health().last_error;
 }
 
 TEST(ServingCollector, CmdlineReadAgainOnlyOnRescan) {

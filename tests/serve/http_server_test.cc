@@ -2,6 +2,7 @@
 #include "serve/http_server.h"
 
 #include <atomic>
+#include <csignal>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -40,6 +41,10 @@ MetricDesc Gauge(std::string name, std::string help, std::string unit = "") {
 
 class HttpServerTest : public ::testing::Test {
  protected:
+  // The server closes a connection whose body it refused unread; the client writing the rest
+  // then gets EPIPE, which must not kill the test (the agent and hub ignore SIGPIPE too).
+  static void SetUpTestSuite() { signal(SIGPIPE, SIG_IGN); }
+
   void SetUp() override {
     auto s = store::Store::Open(store::StoreOptions{});
     ASSERT_TRUE(s.has_value()) << s.error().ToString();
@@ -574,9 +579,10 @@ TEST_F(HttpServerTest, OversizeRequestsAreRefusedWithoutHarm) {
     EXPECT_TRUE(refused(res)) << (res ? res->status : 0);
   }
   {
-    // Many headers, each under httplib's per-line limit, adding up past max_request_bytes.
+    // Headers adding up past max_request_bytes (16 KiB) but within the connection's pool get
+    // the JSON 431; past the pool the library refuses them itself (tests/serve/http_bounds_test).
     httplib::Headers headers;
-    for (int i = 0; i < 40; ++i) headers.emplace(fmt::format("X-Filler-{}", i), std::string(4000, 'b'));
+    for (int i = 0; i < 5; ++i) headers.emplace(fmt::format("X-Filler-{}", i), std::string(4000, 'b'));
     auto res = client_->Get("/api/v1/version", headers);
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 431);

@@ -1,7 +1,5 @@
 #include "collect/serving/serving_collector.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -13,6 +11,7 @@
 #include <fmt/core.h>
 
 #include "core/labels.h"
+#include "net/http_client.h"
 
 namespace ithbat::collect {
 namespace {
@@ -27,48 +26,23 @@ std::string ServerName(const ServerInfo& s) {
 
 Result<std::string> ScrapeMetrics(const std::string& host, uint16_t port, const ServingOptions& options) {
   try {
-    httplib::Client client(host, port);
-    client.set_connection_timeout(options.connect_timeout_ms / 1000, (options.connect_timeout_ms % 1000) * 1000);
-    client.set_read_timeout(options.read_timeout_ms / 1000, (options.read_timeout_ms % 1000) * 1000);
-    client.set_write_timeout(1, 0);
-    client.set_keep_alive(false);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.scrape_deadline_ms);
-    std::string body;
-    int status = 0;
-    bool too_big = false, too_slow = false;
-    auto res = client.Get(
-        "/metrics",
-        [&](const httplib::Response& r) {
-          status = r.status;
-          return r.status == 200;
-        },
-        [&](const char* data, size_t n) {
-          if (body.size() + n > options.max_body_bytes) {
-            too_big = true;
-            return false;
-          }
-          if (std::chrono::steady_clock::now() > deadline) {
-            too_slow = true;
-            return false;
-          }
-          body.append(data, n);
-          return true;
-        });
-    if (too_big) {
-      return MakeErrorF(ErrorCode::kResourceExhausted, "GET {}:{}/metrics: body exceeds {} bytes", host, port,
-                        options.max_body_bytes);
+    net::HttpLimits limits;
+    limits.connect_timeout = static_cast<TimeNs>(options.connect_timeout_ms) * kNsPerMs;
+    limits.deadline = static_cast<TimeNs>(options.scrape_deadline_ms) * kNsPerMs;
+    limits.max_header_bytes = options.max_header_bytes;
+    limits.max_body_bytes = options.max_body_bytes;
+    // A client per scrape: the servers are few, scraped once a tick, and a connection kept
+    // between ticks would be one more thing a hostile server could hold.
+    net::HttpClient client(limits);
+    auto answer = client.Send({.url = net::HttpOrigin(host, port) + "/metrics"});
+    if (!answer) {
+      return MakeErrorF(answer.error().code, "GET {}:{}/metrics: {}", host, port, answer.error().message);
     }
-    if (too_slow) {
-      return MakeErrorF(ErrorCode::kTimeout, "GET {}:{}/metrics: body not complete within {} ms", host, port,
-                        options.scrape_deadline_ms);
+    if (answer->status != 200) {
+      return MakeErrorF(ErrorCode::kInvalidArgument, "GET {}:{}/metrics: HTTP status {}", host, port,
+                        answer->status);
     }
-    if (status != 0 && status != 200) {
-      return MakeErrorF(ErrorCode::kInvalidArgument, "GET {}:{}/metrics: HTTP status {}", host, port, status);
-    }
-    if (!res) {
-      return MakeErrorF(ErrorCode::kUnavailable, "GET {}:{}/metrics: {}", host, port, httplib::to_string(res.error()));
-    }
-    return body;
+    return std::move(answer->body);
   } catch (const std::exception& e) {
     return MakeErrorF(ErrorCode::kUnavailable, "GET {}:{}/metrics: {}", host, port, e.what());
   } catch (...) {
@@ -85,7 +59,7 @@ ServingCollector::ServingCollector(ServingOptions options) : Collector("serving"
   if (options_.rescan_every_ticks == 0) options_.rescan_every_ticks = d.rescan_every_ticks;
   if (options_.exec_grace_ticks == 0) options_.exec_grace_ticks = d.exec_grace_ticks;
   if (options_.connect_timeout_ms <= 0) options_.connect_timeout_ms = d.connect_timeout_ms;
-  if (options_.read_timeout_ms <= 0) options_.read_timeout_ms = d.read_timeout_ms;
+  if (options_.max_header_bytes == 0) options_.max_header_bytes = d.max_header_bytes;
   if (options_.scrape_deadline_ms <= 0) options_.scrape_deadline_ms = d.scrape_deadline_ms;
   if (options_.max_body_bytes == 0) options_.max_body_bytes = d.max_body_bytes;
   if (options_.max_servers == 0) options_.max_servers = d.max_servers;

@@ -14,8 +14,9 @@
 //
 // Threads: scrapes block on the network, so a Collect runs up to max_concurrent_scrapes of
 // them on short-lived threads it joins before returning; no thread outlives a Collect. One
-// scrape is bounded by connect_timeout_ms, read_timeout_ms (per read) and scrape_deadline_ms
-// (the whole body, against a server that trickles), and by max_body_bytes.
+// scrape (net::HttpClient) is bounded by connect_timeout_ms, scrape_deadline_ms (the whole
+// exchange, against a server that trickles), max_header_bytes and max_body_bytes; the body is
+// never decompressed.
 //
 // Roots: ServingOptions::procfs (default /proc) must be the /proc of the pid namespace the
 // servers live in, and host (default 127.0.0.1) must reach their ports: run the agent in the
@@ -58,8 +59,8 @@ struct ServingOptions {
   uint32_t rescan_every_ticks = 30;
   uint32_t exec_grace_ticks = 2;  // 0 = the default
   int connect_timeout_ms = 500;
-  int read_timeout_ms = 1000;
   int scrape_deadline_ms = 2000;
+  size_t max_header_bytes = 64 * 1024;
   size_t max_body_bytes = 8 << 20;
   size_t max_servers = 32;
   size_t max_concurrent_scrapes = 4;
@@ -68,8 +69,8 @@ struct ServingOptions {
 };
 
 // GET http://host:port/metrics, bounded as described above. Errors: kUnavailable (connection
-// refused, timeout, reset), kResourceExhausted (body over max_body_bytes), kTimeout (deadline),
-// kInvalidArgument (an HTTP status other than 200). Never throws.
+// refused), kIo (reset, or not HTTP), kResourceExhausted (headers or body over their bounds),
+// kTimeout (deadline), kInvalidArgument (an HTTP status other than 200). Never throws.
 Result<std::string> ScrapeMetrics(const std::string& host, uint16_t port, const ServingOptions& options);
 
 class ServingCollector final : public agent::Collector {
