@@ -16,8 +16,10 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "collect/serving/listener.h"
 #include "core/file_util.h"
 #include "core/metric.h"
 #include "testutil/testutil.h"
@@ -93,6 +95,7 @@ class MetricsServer {
   MetricsServer() {
     server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       std::lock_guard lock(mu_);
+      ++requests_;
       res.set_content(body_, "text/plain; version=0.0.4");
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
@@ -108,12 +111,17 @@ class MetricsServer {
     body_ = std::move(body);
   }
   int port() const { return port_; }
+  int requests() {
+    std::lock_guard lock(mu_);
+    return requests_;
+  }
 
  private:
   httplib::Server server_;
   std::thread thread_;
   std::mutex mu_;
   std::string body_;
+  int requests_ = 0;
   int port_ = 0;
 };
 
@@ -124,6 +132,22 @@ std::string FixtureBody(int queries, int hits) {
   body.replace(body.find("QUERIES"), 7, std::to_string(queries));
   body.replace(body.find("HITS"), 4, std::to_string(hits));
   return body;
+}
+
+// In the fixture proc tree: the socket table of pid's namespace lists a socket (inode) listening
+// on 127.0.0.1:port, and, when `holds`, pid's descriptor 7 is that socket.
+void WriteListener(const TempDir& proc, int pid, int port, uint64_t inode, bool holds = true) {
+  proc.WriteFile(fmt::format("{}/net/tcp", pid),
+                 fmt::format("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+                             "timeout inode\n"
+                             "   0: 0100007F:{:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0  "
+                             "      0 {} 1 0000000000000000 100 0 0 10 0\n",
+                             port, inode));
+  std::filesystem::create_directories(proc.path() / std::to_string(pid) / "fd");
+  if (holds) {
+    std::filesystem::create_symlink(fmt::format("socket:[{}]", inode),
+                                    proc.path() / std::to_string(pid) / "fd" / "7");
+  }
 }
 
 // A port nothing listens on: bound, then closed.
@@ -174,6 +198,10 @@ TEST(ServingCollector, EndToEnd) {
   proc.WriteFile("4243/cmdline", Cmdline({"python3", "-m", "vllm.entrypoints.openai.api_server", "--port", port}));
   proc.WriteFile("5000/cmdline", Cmdline({"python3", "-m", "sglang.launch_server", "--port", std::to_string(dead)}));
   proc.WriteFile("6000/cmdline", Cmdline({"/usr/bin/python3", "train.py"}));
+  // The listening socket is held by 4243, the other process of the same server: 4242 is the one
+  // scraped and labelled (the lowest pid), and it is scraped because its server holds the port.
+  WriteListener(proc, 4242, server.port(), 9001, /*holds=*/false);
+  WriteListener(proc, 4243, server.port(), 9001);
 
   ServingOptions options;
   options.procfs = proc.path();
@@ -231,6 +259,7 @@ TEST(ServingCollector, OversizedBodyIsReported) {
   server.SetBody(std::string(4096, '#'));
   TempDir proc;
   proc.WriteFile("7/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(server.port())}));
+  WriteListener(proc, 7, server.port(), 9002);
   ServingOptions options;
   options.procfs = proc.path();
   options.max_body_bytes = 1024;
@@ -313,6 +342,80 @@ TEST(ServingCollector, NoServersNoSeries) {
   ASSERT_TRUE(collector->Collect(1).has_value());
   EXPECT_TRUE(sink.series.empty());
   EXPECT_EQ(collector->Health().errors, 0u);
+}
+
+}  // namespace
+}  // namespace ithbat::collect
+
+namespace ithbat::collect {
+namespace {
+
+TEST(ServingCollector, ALookAlikeOnAnotherProgramsPortIsNotScraped) {
+  // Another program serves /metrics on the port; a process anyone could start names that port in
+  // a vLLM command line but holds no socket on it.
+  MetricsServer other;
+  ASSERT_GT(other.port(), 0);
+  other.SetBody(FixtureBody(10, 5));
+  TempDir proc;
+  proc.WriteFile("8/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(other.port())}));
+  WriteListener(proc, 8, other.port(), 9003, /*holds=*/false);
+  ServingOptions options;
+  options.procfs = proc.path();
+  FakeSink sink;
+  auto collector = Started(options, sink);
+  ASSERT_NE(collector, nullptr);
+  ASSERT_TRUE(collector->Collect(1).has_value());
+  EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "8"}}), 0.0);
+  EXPECT_EQ(other.requests(), 0);
+  EXPECT_NE(collector->Health().last_error.find("not scraped"), std::string::npos) << collector->Health().last_error;
+
+  // Once the process holds the socket, it is scraped.
+  std::filesystem::create_symlink("socket:[9003]", proc.path() / "8" / "fd" / "7");
+  ASSERT_TRUE(collector->Collect(2).has_value());
+  EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "8"}}), 1.0);
+  EXPECT_EQ(other.requests(), 1);
+}
+
+TEST(ServingListener, ReadsTheKernelsTables) {
+  const std::string table =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+      "   0: 00000000:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1 0 100 0 0 10 0\n"
+      "   1: 0100007F:1F40 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 222 1 0 20 4 30 10 -1\n"
+      "   2: 0100007F:1F41 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 333 1 0 100 0 0 10 0\n"
+      "   3: 0100007F:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 444 1 0 100 0 0 10 0\n"
+      "garbage\n";
+  // Port 8000 (0x1F40) in LISTEN: 111 and 444; 222 is an established connection, 333 another port.
+  EXPECT_EQ(serving::ListeningInodes(table, 8000), (std::vector<uint64_t>{111, 444}));
+  EXPECT_TRUE(serving::ListeningInodes(table, 8002).empty());
+  const std::string table6 =
+      "  sl  local_address                         remote_address                        st tx_queue rx_queue tr "
+      "tm->when retrnsmt   uid  timeout inode\n"
+      "   0: 00000000000000000000000000000000:1F40 00000000000000000000000000000000:0000 0A 00000000:00000000 "
+      "00:00000000 00000000     0        0 555 1 0 100 0 0 10 0\n";
+  EXPECT_EQ(serving::ListeningInodes(table6, 8000), (std::vector<uint64_t>{555}));
+}
+
+TEST(ServingListener, FindsThisProcesssOwnSocketInTheRealProc) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const uint16_t port = ntohs(addr.sin_port);
+  auto mine = serving::HoldsListener("/proc", getpid(), port);
+  ASSERT_TRUE(mine.has_value()) << mine.error().ToString();
+  EXPECT_TRUE(*mine);
+  // pid 1 does not hold it (same namespace, same table, not its descriptor).
+  auto init = serving::HoldsListener("/proc", 1, port);
+  EXPECT_TRUE(!init.has_value() || !*init);
+  close(fd);
+  auto closed = serving::HoldsListener("/proc", getpid(), port);
+  ASSERT_TRUE(closed.has_value());
+  EXPECT_FALSE(*closed);
 }
 
 }  // namespace

@@ -4,12 +4,14 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <utility>
 
 #include <fmt/core.h>
 
+#include "collect/serving/listener.h"
 #include "core/labels.h"
 #include "net/http_client.h"
 
@@ -114,11 +116,15 @@ Status ServingCollector::Discover() {
   auto pids = serving::ListPids(options_.procfs);
   if (!pids) return std::unexpected(pids.error());
   const bool rescan = ticks_ % options_.rescan_every_ticks == 0;
-  if (rescan) servers_.clear();
+  if (rescan) {
+    servers_.clear();
+    listeners_.clear();
+  }
   // Forget pids that exited.
   auto listed = [&](int32_t pid) { return std::binary_search(pids->begin(), pids->end(), pid); };
   std::erase_if(servers_, [&](const auto& entry) { return !listed(entry.first); });
   std::erase_if(young_pids_, [&](const auto& entry) { return !listed(entry.first); });
+  std::erase_if(listeners_, [&](const auto& entry) { return !listed(entry.first); });
   // Read the cmdline of new pids, of young ones (maybe not exec'd yet when first read), and of
   // every pid on a rescan.
   for (int32_t pid : *pids) {
@@ -136,6 +142,31 @@ Status ServingCollector::Discover() {
   }
   known_pids_ = std::move(*pids);
   return Ok();
+}
+
+Result<bool> ServingCollector::ListenerVerified(const ServerInfo& server) {
+  // The pid kept by DedupeServers first; a server has a handful of processes, and a local user
+  // who starts many look-alikes does not make this loop long.
+  constexpr size_t kMaxPidsChecked = 16;
+  std::vector<int32_t> pids = {server.pid};
+  for (const auto& [pid, info] : servers_) {
+    if (pids.size() >= kMaxPidsChecked) break;
+    if (pid != server.pid && info.engine == server.engine && info.port == server.port) pids.push_back(pid);
+  }
+  for (int32_t pid : pids) {
+    if (listeners_.contains({pid, server.port})) return true;
+  }
+  std::optional<Error> first_error;
+  for (int32_t pid : pids) {
+    auto held = serving::HoldsListener(options_.procfs, pid, server.port);
+    if (held && *held) {
+      listeners_.insert({pid, server.port});
+      return true;
+    }
+    if (!held && held.error().code != ErrorCode::kNotFound && !first_error) first_error = held.error();
+  }
+  if (first_error) return std::unexpected(*first_error);
+  return false;
 }
 
 Status ServingCollector::CollectImpl(TimeNs tick_time) {
@@ -156,13 +187,29 @@ Status ServingCollector::CollectImpl(TimeNs tick_time) {
     servers.resize(options_.max_servers);
   }
 
-  // Scrape concurrently, at most max_concurrent_scrapes at a time; joined before going on.
+  // Scrape only what listens where its command line says (see the header), concurrently, at
+  // most max_concurrent_scrapes at a time; joined before going on.
   std::vector<Result<std::string>> bodies(servers.size(), Result<std::string>(std::string()));
+  std::vector<char> verified(servers.size(), 0);
+  for (size_t i = 0; i < servers.size(); i++) {
+    auto listening = ListenerVerified(servers[i]);
+    if (listening && *listening) {
+      verified[i] = 1;
+    } else if (listening) {
+      bodies[i] = MakeErrorF(ErrorCode::kPermission,
+                             "none of its processes holds the socket listening on port {}: not scraped (the "
+                             "port is another program's, or the server is still starting)",
+                             servers[i].port);
+    } else {
+      bodies[i] = MakeErrorF(listening.error().code, "cannot tell who listens on port {} ({}): not scraped",
+                             servers[i].port, listening.error().message);
+    }
+  }
   {
     std::atomic<size_t> next{0};
     auto worker = [&]() {
       for (size_t i = next++; i < servers.size(); i = next++) {
-        bodies[i] = ScrapeMetrics(options_.host, servers[i].port, options_);
+        if (verified[i]) bodies[i] = ScrapeMetrics(options_.host, servers[i].port, options_);
       }
     };
     const size_t n = std::min(servers.size(), options_.max_concurrent_scrapes);

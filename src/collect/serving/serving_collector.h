@@ -18,6 +18,11 @@
 // exchange, against a server that trickles), max_header_bytes and max_body_bytes; the body is
 // never decompressed.
 //
+// Who is scraped: a server found by its command line is scraped only when one of its processes
+// holds the socket listening on its port (listener.h): a process anyone can name `vllm serve
+// --port P` must not send a root agent to another program's port P. Otherwise the server is
+// reported (kPermission) and ithbat_serving_up is 0.
+//
 // Roots: ServingOptions::procfs (default /proc) must be the /proc of the pid namespace the
 // servers live in, and host (default 127.0.0.1) must reach their ports: run the agent in the
 // host's network and pid namespaces, or point procfs at a fixture tree in tests.
@@ -34,6 +39,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -99,6 +105,10 @@ class ServingCollector final : public agent::Collector {
   explicit ServingCollector(ServingOptions options);
 
   Status Discover();
+  // Whether one of the server's processes (its pid, then others with its engine and port: a
+  // vLLM API server's workers share its command line) holds the socket listening on its port
+  // (listener.h). Only a positive answer is cached, until the next rescan or the pid's exit.
+  Result<bool> ListenerVerified(const serving::ServerInfo& server);
   void Emit(const MetricDesc& desc, const serving::ServerInfo& server, std::string_view engine_index,
             std::string_view model, TimeNs t, double value);
   void EmitServer(const serving::ServerInfo& server, bool up, TimeNs t);
@@ -111,6 +121,7 @@ class ServingCollector final : public agent::Collector {
   std::vector<int32_t> known_pids_;                      // sorted: the pids the last Collect listed
   std::map<int32_t, uint32_t> young_pids_;               // non-server pid → cmdline reads still due
   std::map<int32_t, serving::ServerInfo> servers_;       // the servers among them
+  std::set<std::pair<int32_t, uint16_t>> listeners_;     // (pid, port) seen holding the port's listening socket
   // What is kept per server (engine, port, pid), dropped when the server is gone so that
   // restarts (new pids) do not pile up state.
   struct ServerState {
