@@ -13,11 +13,17 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include <arpa/inet.h>
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "bench/null_sink.h"
+#include "collect/serving/listener.h"
 #include "collect/serving/serving_collector.h"
 
 namespace {
@@ -79,9 +85,41 @@ void BM_Steady(benchmark::State& state) { Run(state, 1u << 30, 0); }
 void BM_Rescan(benchmark::State& state) { Run(state, 1, 0); }
 void BM_Churn(benchmark::State& state) { Run(state, 1u << 30, 8); }
 
+// The check that a server's process holds its listening socket (listener.h): the kernel asked
+// for the sockets listening on the port (netlink), then this process's descriptors read under
+// the real /proc. It listens on a loopback port and holds N other descriptors (a vLLM server
+// holds a few hundred to a few thousand). It runs when a server is found and again each tick
+// until it passes; a passed check is cached until the next rescan.
+void BM_ListenerCheck(benchmark::State& state) {
+  const int listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listen_fd, 1) != 0 ||
+      ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    state.SkipWithError("cannot listen");
+    return;
+  }
+  std::vector<int> others;
+  for (int64_t i = 0; i < state.range(0); i++) others.push_back(::open("/dev/null", O_RDONLY));
+  const uint16_t port = ntohs(addr.sin_port);
+  for (auto _ : state) {
+    auto inodes = ithbat::collect::serving::ListeningInodes(port);
+    auto held = inodes ? ithbat::collect::serving::HoldsSocket("/proc", ::getpid(), *inodes)
+                       : ithbat::Result<bool>(false);
+    if (!held || !*held) state.SkipWithError("the listener was not found");
+    benchmark::DoNotOptimize(held);
+  }
+  for (int fd : others) ::close(fd);
+  ::close(listen_fd);
+  state.counters["fds"] = static_cast<double>(state.range(0));
+}
+
 BENCHMARK(BM_Steady)->Arg(500)->Arg(2000)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Rescan)->Arg(500)->Arg(2000)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Churn)->Arg(500)->Arg(2000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ListenerCheck)->Arg(10)->Arg(1000)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -9,7 +9,7 @@ set -uo pipefail
 
 build=${1:?usage: run-tests.sh BUILD_DIR [JOBS]}
 jobs=${2:-2}
-groups=(core store agent collect joblog probes serve detect investigate bundle report remote notify hub cli sim scenario lab integration)
+groups=(core store agent collect joblog probes serve detect investigate bundle report net remote notify hub cli sim scenario lab integration)
 # A group's label pattern: the group's own label; sim also takes the simulator's parts
 # (sim_workload, sim_node, sim_runner, sim_lab, ...).
 pattern() { if [[ $1 == sim ]]; then echo 'sim(_[a-z]+)?'; else echo "$1"; fi; }

@@ -134,20 +134,17 @@ std::string FixtureBody(int queries, int hits) {
   return body;
 }
 
-// In the fixture proc tree: the socket table of pid's namespace lists a socket (inode) listening
-// on 127.0.0.1:port, and, when `holds`, pid's descriptor 7 is that socket.
-void WriteListener(const TempDir& proc, int pid, int port, uint64_t inode, bool holds = true) {
-  proc.WriteFile(fmt::format("{}/net/tcp", pid),
-                 fmt::format("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
-                             "timeout inode\n"
-                             "   0: 0100007F:{:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0  "
-                             "      0 {} 1 0000000000000000 100 0 0 10 0\n",
-                             port, inode));
+// In the fixture proc tree: pid's descriptor 7 is the socket that really listens on `port` on
+// this machine (its inode asked of the kernel, as the collector does), or, when `holds` is
+// false, no descriptor at all.
+void WriteListener(const TempDir& proc, int pid, int port, bool holds = true) {
   std::filesystem::create_directories(proc.path() / std::to_string(pid) / "fd");
-  if (holds) {
-    std::filesystem::create_symlink(fmt::format("socket:[{}]", inode),
-                                    proc.path() / std::to_string(pid) / "fd" / "7");
-  }
+  if (!holds) return;
+  auto inodes = serving::ListeningInodes(static_cast<uint16_t>(port));
+  ASSERT_TRUE(inodes.has_value()) << inodes.error().ToString();
+  ASSERT_EQ(inodes->size(), 1u);
+  std::filesystem::create_symlink(fmt::format("socket:[{}]", inodes->front()),
+                                  proc.path() / std::to_string(pid) / "fd" / "7");
 }
 
 // A port nothing listens on: bound, then closed.
@@ -200,8 +197,8 @@ TEST(ServingCollector, EndToEnd) {
   proc.WriteFile("6000/cmdline", Cmdline({"/usr/bin/python3", "train.py"}));
   // The listening socket is held by 4243, the other process of the same server: 4242 is the one
   // scraped and labelled (the lowest pid), and it is scraped because its server holds the port.
-  WriteListener(proc, 4242, server.port(), 9001, /*holds=*/false);
-  WriteListener(proc, 4243, server.port(), 9001);
+  WriteListener(proc, 4242, server.port(), /*holds=*/false);
+  WriteListener(proc, 4243, server.port());
 
   ServingOptions options;
   options.procfs = proc.path();
@@ -259,7 +256,7 @@ TEST(ServingCollector, OversizedBodyIsReported) {
   server.SetBody(std::string(4096, '#'));
   TempDir proc;
   proc.WriteFile("7/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(server.port())}));
-  WriteListener(proc, 7, server.port(), 9002);
+  WriteListener(proc, 7, server.port());
   ServingOptions options;
   options.procfs = proc.path();
   options.max_body_bytes = 1024;
@@ -358,7 +355,7 @@ TEST(ServingCollector, ALookAlikeOnAnotherProgramsPortIsNotScraped) {
   other.SetBody(FixtureBody(10, 5));
   TempDir proc;
   proc.WriteFile("8/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(other.port())}));
-  WriteListener(proc, 8, other.port(), 9003, /*holds=*/false);
+  WriteListener(proc, 8, other.port(), /*holds=*/false);
   ServingOptions options;
   options.procfs = proc.path();
   FakeSink sink;
@@ -370,32 +367,13 @@ TEST(ServingCollector, ALookAlikeOnAnotherProgramsPortIsNotScraped) {
   EXPECT_NE(collector->Health().last_error.find("not scraped"), std::string::npos) << collector->Health().last_error;
 
   // Once the process holds the socket, it is scraped.
-  std::filesystem::create_symlink("socket:[9003]", proc.path() / "8" / "fd" / "7");
+  WriteListener(proc, 8, other.port());
   ASSERT_TRUE(collector->Collect(2).has_value());
   EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "8"}}), 1.0);
   EXPECT_EQ(other.requests(), 1);
 }
 
-TEST(ServingListener, ReadsTheKernelsTables) {
-  const std::string table =
-      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-      "   0: 00000000:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1 0 100 0 0 10 0\n"
-      "   1: 0100007F:1F40 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 222 1 0 20 4 30 10 -1\n"
-      "   2: 0100007F:1F41 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 333 1 0 100 0 0 10 0\n"
-      "   3: 0100007F:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 444 1 0 100 0 0 10 0\n"
-      "garbage\n";
-  // Port 8000 (0x1F40) in LISTEN: 111 and 444; 222 is an established connection, 333 another port.
-  EXPECT_EQ(serving::ListeningInodes(table, 8000), (std::vector<uint64_t>{111, 444}));
-  EXPECT_TRUE(serving::ListeningInodes(table, 8002).empty());
-  const std::string table6 =
-      "  sl  local_address                         remote_address                        st tx_queue rx_queue tr "
-      "tm->when retrnsmt   uid  timeout inode\n"
-      "   0: 00000000000000000000000000000000:1F40 00000000000000000000000000000000:0000 0A 00000000:00000000 "
-      "00:00000000 00000000     0        0 555 1 0 100 0 0 10 0\n";
-  EXPECT_EQ(serving::ListeningInodes(table6, 8000), (std::vector<uint64_t>{555}));
-}
-
-TEST(ServingListener, FindsThisProcesssOwnSocketInTheRealProc) {
+TEST(ServingListener, FindsThisProcesssOwnListeningSocket) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
   sockaddr_in addr{};
@@ -406,16 +384,29 @@ TEST(ServingListener, FindsThisProcesssOwnSocketInTheRealProc) {
   ASSERT_EQ(listen(fd, 1), 0);
   ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
   const uint16_t port = ntohs(addr.sin_port);
-  auto mine = serving::HoldsListener("/proc", getpid(), port);
+  auto inodes = serving::ListeningInodes(port);
+  ASSERT_TRUE(inodes.has_value()) << inodes.error().ToString();
+  ASSERT_EQ(inodes->size(), 1u);
+  auto mine = serving::HoldsSocket("/proc", getpid(), *inodes);
   ASSERT_TRUE(mine.has_value()) << mine.error().ToString();
   EXPECT_TRUE(*mine);
-  // pid 1 does not hold it (same namespace, same table, not its descriptor).
-  auto init = serving::HoldsListener("/proc", 1, port);
+  // pid 1 does not hold it.
+  auto init = serving::HoldsSocket("/proc", 1, *inodes);
   EXPECT_TRUE(!init.has_value() || !*init);
+  // A connected socket on the port is not a listener; once closed, nothing listens there.
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  auto still = serving::ListeningInodes(port);
+  ASSERT_TRUE(still.has_value());
+  EXPECT_EQ(*still, *inodes);
+  close(client);
   close(fd);
-  auto closed = serving::HoldsListener("/proc", getpid(), port);
-  ASSERT_TRUE(closed.has_value());
-  EXPECT_FALSE(*closed);
+  auto none = serving::ListeningInodes(port);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_TRUE(none->empty());
+  auto gone = serving::HoldsSocket("/proc", 999999999, *inodes);
+  ASSERT_FALSE(gone.has_value());
+  EXPECT_EQ(gone.error().code, ErrorCode::kNotFound);
 }
 
 }  // namespace

@@ -156,9 +156,12 @@ Result<bool> ServingCollector::ListenerVerified(const ServerInfo& server) {
   for (int32_t pid : pids) {
     if (listeners_.contains({pid, server.port})) return true;
   }
+  auto inodes = serving::ListeningInodes(server.port);
+  if (!inodes) return std::unexpected(inodes.error());
+  if (inodes->empty()) return false;
   std::optional<Error> first_error;
   for (int32_t pid : pids) {
-    auto held = serving::HoldsListener(options_.procfs, pid, server.port);
+    auto held = serving::HoldsSocket(options_.procfs, pid, *inodes);
     if (held && *held) {
       listeners_.insert({pid, server.port});
       return true;

@@ -19,9 +19,10 @@
 // never decompressed.
 //
 // Who is scraped: a server found by its command line is scraped only when one of its processes
-// holds the socket listening on its port (listener.h): a process anyone can name `vllm serve
-// --port P` must not send a root agent to another program's port P. Otherwise the server is
-// reported (kPermission) and ithbat_serving_up is 0.
+// holds a socket listening on its port in the agent's network namespace (listener.h): a
+// process anyone can name `vllm serve --port P` must not send a root agent to another program's
+// port P. Otherwise the server is reported (kPermission) and ithbat_serving_up is 0. The
+// sockets are the kernel's (netlink), the descriptors are read under procfs.
 //
 // Roots: ServingOptions::procfs (default /proc) must be the /proc of the pid namespace the
 // servers live in, and host (default 127.0.0.1) must reach their ports: run the agent in the
