@@ -6,7 +6,9 @@
 #include <cstdlib>
 
 #include <CLI/CLI.hpp>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <fmt/core.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -79,6 +81,8 @@ void AddAgentFlags(CLI::App& cmd, AgentFlags& f) {
   cmd.add_option(
       "--token-file", f.token_file,
       "File holding a bearer token required on every path but /healthz (must not be world-readable)");
+  cmd.add_flag("--insecure-listen-without-token", f.insecure_listen_without_token,
+               "Serve on a --listen address beyond loopback without --token-file (refused otherwise)");
   cmd.add_option("--procfs", f.procfs, "Root of the proc file system to read node statistics from")
       ->capture_default_str();
   cmd.add_option("--sysfs", f.sysfs, "Root of the sys file system (InfiniBand ports)")
@@ -192,6 +196,10 @@ Result<AgentOptions> ResolveAgentOptions(const AgentFlags& f) {
   o.listen_port = listen->port;
 
   o.token_file = f.token_file;
+  if (Status s = CheckListenNeedsToken(o.listen_address, !o.token_file.empty(), f.insecure_listen_without_token);
+      !s) {
+    return std::unexpected(s.error());
+  }
   if (f.procfs.empty()) return MakeError(ErrorCode::kInvalidArgument, "procfs: must not be empty");
   if (f.sysfs.empty()) return MakeError(ErrorCode::kInvalidArgument, "sysfs: must not be empty");
   o.procfs = f.procfs;
@@ -306,48 +314,53 @@ Result<AgentOptions> ResolveAgentOptions(const AgentFlags& f) {
   return o;
 }
 
-Result<std::string> ReadTokenFile(const std::string& path) {
+Result<std::string> ReadSecretFile(const std::string& path, std::string_view what) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
-    return ErrnoError(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo,
-                      fmt::format("token file {}", path), err);
+    return ErrnoError(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, fmt::format("{} {}", what, path),
+                      err);
   }
   struct Closer {
     int fd;
     ~Closer() { close(fd); }
   } closer{fd};
   struct stat st {};
-  if (fstat(fd, &st) != 0) return ErrnoError(ErrorCode::kIo, fmt::format("token file {}", path), errno);
+  if (fstat(fd, &st) != 0) return ErrnoError(ErrorCode::kIo, fmt::format("{} {}", what, path), errno);
   if (!S_ISREG(st.st_mode)) {
-    return MakeErrorF(ErrorCode::kInvalidArgument, "token file {} is not a regular file", path);
+    return MakeErrorF(ErrorCode::kInvalidArgument, "{} {} is not a regular file", what, path);
   }
   if ((st.st_mode & S_IROTH) != 0) {
-    return MakeErrorF(ErrorCode::kPermission,
-                      "token file {} is readable by every user (mode {:04o}); run: chmod 600 {}", path,
-                      st.st_mode & 07777, path);
+    return MakeErrorF(ErrorCode::kPermission, "{} {} is readable by every user (mode {:04o}); run: chmod 600 {}",
+                      what, path, st.st_mode & 07777, path);
   }
-  if (st.st_size > static_cast<off_t>(kMaxTokenFileBytes)) {
-    return MakeErrorF(ErrorCode::kResourceExhausted, "token file {} is larger than {} bytes", path,
-                      kMaxTokenFileBytes);
+  if (st.st_size > static_cast<off_t>(kMaxSecretFileBytes)) {
+    return MakeErrorF(ErrorCode::kResourceExhausted, "{} {} is larger than {} bytes", what, path,
+                      kMaxSecretFileBytes);
   }
-  std::string content(kMaxTokenFileBytes + 1, '\0');
+  std::string content(kMaxSecretFileBytes + 1, '\0');
   size_t got = 0;
   while (got < content.size()) {
     ssize_t n = read(fd, content.data() + got, content.size() - got);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError(ErrorCode::kIo, fmt::format("token file {}", path), errno);
+    if (n < 0) return ErrnoError(ErrorCode::kIo, fmt::format("{} {}", what, path), errno);
     if (n == 0) break;
     got += static_cast<size_t>(n);
   }
-  if (got > kMaxTokenFileBytes) {
-    return MakeErrorF(ErrorCode::kResourceExhausted, "token file {} is larger than {} bytes", path,
-                      kMaxTokenFileBytes);
+  if (got > kMaxSecretFileBytes) {
+    return MakeErrorF(ErrorCode::kResourceExhausted, "{} {} is larger than {} bytes", what, path,
+                      kMaxSecretFileBytes);
   }
   content.resize(got);
-  std::string_view token = Trim(content);
-  if (token.empty()) return MakeErrorF(ErrorCode::kInvalidArgument, "token file {} is empty", path);
-  for (char c : token) {
+  std::string_view secret = Trim(content);
+  if (secret.empty()) return MakeErrorF(ErrorCode::kInvalidArgument, "{} {} is empty", what, path);
+  return std::string(secret);
+}
+
+Result<std::string> ReadTokenFile(const std::string& path) {
+  auto token = ReadSecretFile(path, "token file");
+  if (!token) return token;
+  for (char c : *token) {
     if (!IsTokenChar(c)) {
       return MakeErrorF(
           ErrorCode::kInvalidArgument,
@@ -356,7 +369,30 @@ Result<std::string> ReadTokenFile(const std::string& path) {
           path);
     }
   }
-  return std::string(token);
+  return token;
+}
+
+bool IsLoopbackAddress(std::string_view host) {
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host == "localhost") return true;
+  const std::string text(host);
+  in_addr v4{};
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    if (IN6_IS_ADDR_V4MAPPED(&v6)) return v6.s6_addr[12] == 127;
+  }
+  return false;  // a wildcard, another address, or a name that may resolve to anything
+}
+
+Status CheckListenNeedsToken(std::string_view host, bool has_token, bool insecure_allowed) {
+  if (has_token || insecure_allowed || IsLoopbackAddress(host)) return Ok();
+  return MakeErrorF(ErrorCode::kInvalidArgument,
+                    "listening on {} reaches beyond this machine, and no --token-file is given: anyone who "
+                    "reaches it reads what it serves. Give --token-file, or say so with "
+                    "--insecure-listen-without-token",
+                    host);
 }
 
 }  // namespace ithbat::cli

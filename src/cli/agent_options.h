@@ -31,6 +31,7 @@ namespace ithbat::cli {
 struct AgentFlags {
   std::string listen;  // default "127.0.0.1:<serve::kDefaultPort>"
   std::string token_file;
+  bool insecure_listen_without_token = false;  // beyond loopback without --token-file
   std::string procfs = "/proc";
   std::string sysfs = "/sys";
   std::string nvml_library = "libnvidia-ml.so.1";
@@ -125,12 +126,26 @@ struct ListenAddress {
 };
 Result<ListenAddress> ParseListenAddress(std::string_view text);
 
-// Reads a bearer token: the first line of the file, surrounding whitespace removed. Refuses a
-// file that other users may read (kPermission, saying how to fix it), a missing or unreadable
-// file (kNotFound / kIo), an empty token or one with characters that cannot go into an HTTP
-// header (kInvalidArgument), and files over 4 KiB (kResourceExhausted).
+// Reads a secret (a bearer token, a webhook URL) from a file, never from the command line, where
+// every user sees it in `ps`: the content with surrounding whitespace removed. Refuses a file that
+// other users may read (kPermission, saying how to fix it), a missing or unreadable file or a
+// symlink (kNotFound / kIo), an empty one (kInvalidArgument), and files over 4 KiB
+// (kResourceExhausted). `what` names it in errors ("token file").
+Result<std::string> ReadSecretFile(const std::string& path, std::string_view what);
+inline constexpr size_t kMaxSecretFileBytes = 4096;
+
+// ReadSecretFile for a bearer token, which must also be sendable in an HTTP header
+// (kInvalidArgument otherwise).
 Result<std::string> ReadTokenFile(const std::string& path);
-inline constexpr size_t kMaxTokenFileBytes = 4096;
+
+// Whether a listen address is reachable from this machine only: 127.0.0.0/8, ::1 (also
+// bracketed, and IPv4-mapped), "localhost". A wildcard or any other name is not.
+bool IsLoopbackAddress(std::string_view host);
+
+// An agent or hub serving beyond loopback without a token serves every series, event and
+// diagnosis to anyone who reaches it: refused (kInvalidArgument, saying what to do) unless the
+// operator passed --insecure-listen-without-token.
+Status CheckListenNeedsToken(std::string_view host, bool has_token, bool insecure_allowed);
 
 // The names `--log-level` accepts.
 bool IsValidLogLevel(std::string_view level);

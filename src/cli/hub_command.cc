@@ -75,9 +75,17 @@ Result<Resolved> Resolve(const HubCommandOptions& o) {
   if (o.port < 0 || o.port > 65535)
     return MakeErrorF(ErrorCode::kInvalidArgument, "--port: {} is not a port", o.port);
   if (o.listen.empty()) return MakeError(ErrorCode::kInvalidArgument, "--listen: empty address");
+  if (Status s = CheckListenNeedsToken(o.listen, !r.server.bearer_token.empty(), o.insecure_listen_without_token);
+      !s) {
+    return std::unexpected(s.error());
+  }
   r.server.bind_address = o.listen;
   r.server.port = static_cast<uint16_t>(o.port);
-  r.webhook_url = o.webhook_url;
+  if (!o.webhook_url_file.empty()) {
+    auto url = ReadSecretFile(o.webhook_url_file, "webhook URL file");
+    if (!url) return MakeErrorF(ErrorCode::kInvalidArgument, "--webhook-url-file: {}", url.error().message);
+    r.webhook_url = std::move(*url);
+  }
   return r;
 }
 
@@ -148,10 +156,12 @@ void AddHubCommand(CLI::App& app, HubCommand& hub) {
       ->capture_default_str();
   hub.cmd->add_option("--lookback", o.lookback, "How much of each node's data to keep and analyse")
       ->capture_default_str();
+  hub.cmd->add_flag("--insecure-listen-without-token", o.insecure_listen_without_token,
+                    "Serve on a --listen address beyond loopback without --token-file (refused otherwise)");
   hub.cmd->add_option(
-      "--webhook-url", o.webhook_url,
-      "Slack-compatible incoming webhook (http:// or https://) told when a diagnosis opens, is "
-      "confirmed or resolves");
+      "--webhook-url-file", o.webhook_url_file,
+      "File holding a Slack-compatible incoming webhook URL (http:// or https://; must not be "
+      "world-readable) told when a diagnosis opens, is confirmed or resolves");
   hub.cmd
       ->add_option("--list-price", o.list_price,
                    "List price in $/GPU-hour, for the effective price (0: not computed)")
@@ -189,7 +199,7 @@ int RunHubCommand(const HubCommand& hub, std::FILE* out, std::FILE* err) {
     wo.url = resolved->webhook_url;
     auto n = notify::WebhookNotifier::Start(wo);
     if (!n) {
-      fmt::print(err, "ithbat hub: --webhook-url: {}\n", n.error().message);
+      fmt::print(err, "ithbat hub: --webhook-url-file: {}\n", n.error().message);
       return kExitUsage;
     }
     notifier = std::move(*n);
@@ -217,8 +227,9 @@ int RunHubCommand(const HubCommand& hub, std::FILE* out, std::FILE* err) {
             resolved->hub.lookback / kNsPerSec, v6 ? "[" : "", resolved->server.bind_address, v6 ? "]" : "",
             (*server)->port(), resolved->server.bearer_token.empty() ? "" : " (bearer token required)");
   const std::string& bind = resolved->server.bind_address;
-  if (resolved->server.bearer_token.empty() && bind != "127.0.0.1" && bind != "::1" && bind != "localhost") {
-    log->warn("serving on {} without --token-file: anyone who can reach it reads every node's diagnoses",
+  if (resolved->server.bearer_token.empty() && !IsLoopbackAddress(bind)) {
+    log->warn("serving on {} without --token-file (--insecure-listen-without-token): anyone who can reach it "
+              "reads every node's diagnoses",
               bind);
   }
   h.Start();

@@ -2,7 +2,7 @@
 // `ithbat hub --agent HOST:PORT [--agent ...] [--once]`: the diagnosis engine over every agent's
 // data at once (src/hub/README.md, docs/hub.md). Long-running, it pulls each agent every
 // --interval, serves /api/v1/diagnoses, /healthz and /metrics on --listen:--port and, with
-// --webhook-url, posts each diagnosis transition to a Slack-compatible webhook. With --once it
+// --webhook-url-file, posts each diagnosis transition to a Slack-compatible webhook. With --once it
 // runs one round, prints the diagnoses as schema-v1 JSON lines and exits.
 //
 // Exit codes: 0 ok; 2 a bad flag value or token file; 1 a failure at run time (port taken, or
@@ -23,9 +23,10 @@ struct HubCommandOptions {
   std::string listen = "127.0.0.1";
   int port = 9480;  // 0 = any free port (logged)
   std::string token_file;
+  bool insecure_listen_without_token = false;  // beyond loopback without --token-file
   std::string interval = "10s";
   std::string lookback = "15m";
-  std::string webhook_url;
+  std::string webhook_url_file;  // the URL is a secret (a Slack webhook's path is its key): a file, never argv
   double list_price = 0;  // $/GPU-hour
   bool once = false;
   std::string log_level = "info";

@@ -1,6 +1,7 @@
 #include "cli/agent_options.h"
 #include "cli/agent_process.h"
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -306,7 +307,7 @@ TEST(TokenFileTest, BadContentIsRefused) {
   EXPECT_EQ(two_lines.error().code, ErrorCode::kInvalidArgument);
   auto control = ReadTokenFile(write("ctl", std::string_view("ab\0c", 4)));
   ASSERT_FALSE(control);
-  auto big = ReadTokenFile(write("big", std::string(kMaxTokenFileBytes + 1, 'a')));
+  auto big = ReadTokenFile(write("big", std::string(kMaxSecretFileBytes + 1, 'a')));
   ASSERT_FALSE(big);
   EXPECT_EQ(big.error().code, ErrorCode::kResourceExhausted);
   auto missing = ReadTokenFile((dir.path() / "missing").string());
@@ -368,6 +369,47 @@ TEST(AgentOptionsJobLogTest, BadValuesNameTheirKey) {
   auto bad_regex = ParseAgentCommandLine({"--joblog-patterns", (dir.path() / "bad.json").string()});
   ASSERT_FALSE(bad_regex);
   EXPECT_THAT(bad_regex.error().message, StartsWith("joblog-patterns: "));
+}
+
+TEST(ListenTest, OnlyLoopbackIsLoopback) {
+  for (const char* host : {"127.0.0.1", "127.1.2.3", "::1", "[::1]", "::ffff:127.0.0.1", "localhost"}) {
+    EXPECT_TRUE(IsLoopbackAddress(host)) << host;
+  }
+  for (const char* host : {"0.0.0.0", "::", "[::]", "10.0.0.7", "128.0.0.1", "::ffff:10.0.0.1", "gpu-a07",
+                           "localhost.example.com", ""}) {
+    EXPECT_FALSE(IsLoopbackAddress(host)) << host;
+  }
+}
+
+TEST(ListenTest, BeyondLoopbackNeedsATokenOrTheInsecureFlag) {
+  auto refused = ParseAgentCommandLine({"--listen", "0.0.0.0:9479"});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_THAT(refused.error().message, HasSubstr("--token-file"));
+  EXPECT_THAT(refused.error().message, HasSubstr("--insecure-listen-without-token"));
+  EXPECT_TRUE(ParseAgentCommandLine({"--listen", "0.0.0.0:9479", "--insecure-listen-without-token"}));
+  EXPECT_TRUE(ParseAgentCommandLine({"--listen", "[::1]:9479"}));
+  // With a token file it is the operator's choice (the file is read when the agent starts).
+  EXPECT_TRUE(ParseAgentCommandLine({"--listen", "10.0.0.7:9479", "--token-file", "/etc/ithbat/token"}));
+}
+
+TEST(SecretFileTest, AWebhookUrlIsReadLikeAToken) {
+  testing::TempDir dir;
+  dir.WriteFile("url", "https://hooks.slack.com/services/T000/B000/XXXX\n");
+  const auto path = (dir.path() / "url").string();
+  ASSERT_EQ(chmod(path.c_str(), 0600), 0);
+  auto url = ReadSecretFile(path, "webhook URL file");
+  ASSERT_TRUE(url) << url.error().ToString();
+  EXPECT_EQ(*url, "https://hooks.slack.com/services/T000/B000/XXXX");
+  ASSERT_EQ(chmod(path.c_str(), 0604), 0);
+  auto open = ReadSecretFile(path, "webhook URL file");
+  ASSERT_FALSE(open);
+  EXPECT_EQ(open.error().code, ErrorCode::kPermission);
+  EXPECT_THAT(open.error().message, StartsWith("webhook URL file "));
+  // A symlink is not followed (a user could point it at a file only root may read).
+  ASSERT_EQ(chmod(path.c_str(), 0600), 0);
+  std::filesystem::create_symlink(path, dir.path() / "link");
+  EXPECT_FALSE(ReadSecretFile((dir.path() / "link").string(), "webhook URL file"));
 }
 
 }  // namespace

@@ -105,6 +105,28 @@ TEST(IthbatBinaryTest, WorldReadableTokenFileIsARuntimeFailure) {
   EXPECT_THAT(r.all, HasSubstr("readable by every user"));
 }
 
+TEST(IthbatBinaryTest, ServingBeyondLoopbackWithoutATokenIsRefused) {
+  RunResult agent = Ithbat("agent --once --listen 0.0.0.0:0");
+  EXPECT_EQ(agent.exit_code, 2);
+  EXPECT_THAT(agent.all, HasSubstr("--insecure-listen-without-token"));
+  RunResult hub = Ithbat("hub --once --agent 127.0.0.1:1 --listen :: --port 0");
+  EXPECT_EQ(hub.exit_code, 2);
+  EXPECT_THAT(hub.all, HasSubstr("--insecure-listen-without-token"));
+}
+
+TEST(IthbatBinaryTest, TheWebhookUrlComesFromAPrivateFileNeverTheCommandLine) {
+  RunResult argv = Ithbat("hub --once --agent 127.0.0.1:1 --webhook-url http://127.0.0.1:1/hook");
+  EXPECT_EQ(argv.exit_code, 2);  // no such flag any more
+  testing::TempDir dir;
+  dir.WriteFile("url", "http://127.0.0.1:1/services/T0/B0/secret\n");
+  const auto url = (dir.path() / "url").string();
+  ASSERT_EQ(chmod(url.c_str(), 0644), 0);
+  RunResult open = Ithbat("hub --once --agent 127.0.0.1:1 --webhook-url-file " + Quote(url));
+  EXPECT_EQ(open.exit_code, 2);
+  EXPECT_THAT(open.all, HasSubstr("readable by every user"));
+  EXPECT_THAT(open.all, ::testing::Not(HasSubstr("secret")));
+}
+
 TEST(IthbatBinaryTest, AddressInUseIsARuntimeFailure) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
