@@ -118,6 +118,15 @@ Result<TimeNs> ParseTimestamp(std::string_view text) {
              &parts.tm_hour, &parts.tm_min, &parts.tm_sec, &consumed) != 6) {
     return MakeErrorF(ErrorCode::kInvalidArgument, "'{}' is not an RFC 3339 time", text);
   }
+  // Each field in its range (timegm would roll month 13 into the next year), and the instant
+  // within what int64 nanoseconds hold (years 1677-2262; the same bound as Unix seconds above):
+  // a year 9999 must be refused, not wrap to 1653.
+  if (parts.tm_year < 1700 || parts.tm_year > 2250 || parts.tm_mon < 1 || parts.tm_mon > 12 || parts.tm_mday < 1 ||
+      parts.tm_mday > 31 || parts.tm_hour < 0 || parts.tm_hour > 23 || parts.tm_min < 0 || parts.tm_min > 59 ||
+      parts.tm_sec < 0 || parts.tm_sec > 60) {
+    return MakeErrorF(ErrorCode::kInvalidArgument,
+                      "'{}' is outside the times this accepts (years 1700-2250, fields in their ranges)", text);
+  }
   parts.tm_year -= 1900;
   parts.tm_mon -= 1;
   TimeNs nanos = 0;
@@ -136,7 +145,7 @@ Result<TimeNs> ParseTimestamp(std::string_view text) {
     ++pos;
   } else if (pos < s.size() && (s[pos] == '+' || s[pos] == '-')) {
     int hh = 0, mm = 0;
-    if (sscanf(s.c_str() + pos + 1, "%2d:%2d", &hh, &mm) != 2) {
+    if (sscanf(s.c_str() + pos + 1, "%2d:%2d", &hh, &mm) != 2 || hh < 0 || hh > 23 || mm < 0 || mm > 59) {
       return MakeErrorF(ErrorCode::kInvalidArgument, "bad UTC offset in '{}'", text);
     }
     offset = (s[pos] == '+' ? 1 : -1) * (hh * 3600 + mm * 60) * kNsPerSec;

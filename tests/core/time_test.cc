@@ -67,6 +67,24 @@ TEST(TimestampTest, RejectsMalformedTimes) {
   EXPECT_FALSE(ParseTimestamp("inf"));
 }
 
+TEST(TimestampTest, TimesOutsideInt64NanosecondsAreRefusedNotWrapped) {
+  // int64 nanoseconds hold 1677-09-21 .. 2262-04-11; a year 9999 used to wrap to a time in 1653.
+  for (const char* text : {"9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z", "2262-04-12T00:00:00Z",
+                           "1600-01-01T00:00:00Z", "10000000000", "-10000000000"}) {
+    auto t = ParseTimestamp(text);
+    EXPECT_FALSE(t) << text << " gave " << (t ? *t : 0);
+  }
+  // Fields out of their range are refused, not rolled over into the next month or year.
+  for (const char* text : {"2025-13-01T00:00:00Z", "2025-00-10T00:00:00Z", "2025-01-32T00:00:00Z",
+                           "2025-01-01T24:00:00Z", "2025-01-01T00:60:00Z", "2025--1-01T00:00:00Z",
+                           "2025-01-01T00:00:00+24:00", "2025-01-01T00:00:00+01:60"}) {
+    EXPECT_FALSE(ParseTimestamp(text)) << text;
+  }
+  EXPECT_TRUE(ParseTimestamp("2250-12-31T23:59:59Z"));
+  EXPECT_TRUE(ParseTimestamp("1700-01-01T00:00:00Z"));
+  EXPECT_TRUE(ParseTimestamp("2016-12-31T23:59:60Z"));  // a leap second is a valid RFC 3339 time
+}
+
 TEST(ClockTest, RealtimeIsNearTheEpochOffsetAndMonotonicAdvances) {
   TimeNs now = NowNs();
   EXPECT_GT(now, 1'600'000'000LL * kNsPerSec);  // after 2020: a realtime clock, not monotonic
