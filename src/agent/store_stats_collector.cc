@@ -41,12 +41,18 @@ std::vector<MetricDesc> StoreStatsCollector::Describe() const {
        MetricType::kCounter,
        {}},
       {"ithbat_store_flush_errors_total", "Flushes of the store that failed", "", MetricType::kCounter, {}},
+      {"ithbat_store_corrupt_segments_total",
+       "Segments of the data directory that failed their checksum or format and were set aside (the newest 8 "
+       "kept as .corrupt files)",
+       "",
+       MetricType::kCounter,
+       {}},
   };
 }
 
 Status StoreStatsCollector::InitImpl(Sink& sink) {
   const std::vector<MetricDesc> descs = Describe();
-  static_assert(kMetricCount == 10);
+  static_assert(kMetricCount == 11);
   if (descs.size() != kMetricCount) return MakeError(ErrorCode::kInternal, "store metric count mismatch");
   for (size_t i = 0; i < kMetricCount; ++i) {
     auto ref = sink.RegisterSeries(descs[i], LabelSet());
@@ -65,6 +71,7 @@ Status StoreStatsCollector::CollectImpl(TimeNs tick_time) {
       static_cast<double>(s.chunks_dropped),   static_cast<double>(s.events),
       static_cast<double>(s.events_dropped),   static_cast<double>(s.bytes_on_disk),
       static_cast<double>(s.flushes),          static_cast<double>(s.flush_errors),
+      static_cast<double>(s.corrupt_segments),
   };
   for (size_t i = 0; i < kMetricCount; ++i) {
     // One refused sample (a clock step back) must not hide the others.

@@ -276,7 +276,8 @@ Result<RecordSummary> WriteBundle(const detect::FleetView& view, const RecordOpt
     return MakeError(ErrorCode::kInvalidArgument, "the window's start is not before its end");
   }
   std::error_code ec;
-  if (std::filesystem::exists(path, ec)) {
+  // symlink_status: a dangling link counts as existing (SQLite would create its target).
+  if (std::filesystem::symlink_status(path, ec).type() != std::filesystem::file_type::not_found) {
     return MakeErrorF(ErrorCode::kInvalidArgument, "{} exists: a bundle is evidence and is never overwritten",
                       path);
   }
@@ -321,7 +322,8 @@ Result<RecordSummary> WriteBundle(const detect::FleetView& view, const RecordOpt
       DiagnoseJob(view, options.job, meta.from, meta.to, options.list_price_per_gpu_hour);
 
   sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW, nullptr);
   Db db(raw);
   if (rc != SQLITE_OK) return SqlError(raw, fmt::format("create {}", path));
   auto fail = [&](const auto& error) -> std::unexpected<Error> {

@@ -1,10 +1,12 @@
 #include "cli/evidence_commands.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 
+#include <fcntl.h>
 #include <fmt/core.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +15,7 @@
 #include "bundle/bundle.h"
 #include "cli/agent_options.h"
 #include "cli/diagnosis_text.h"
+#include "core/file_util.h"
 #include "investigate/diagnosis_json.h"
 #include "remote/agent_client.h"
 #include "report/report.h"
@@ -344,11 +347,21 @@ int RunReportCommand(const ReportCommandOptions& o, std::FILE* out, std::FILE* e
   const std::string html = report::RenderReport(b->view, b->diagnoses, ro);
   const std::string tmp = o.output + ".tmp";
   {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << html;
-    if (!f.flush()) {
-      fmt::print(err, "ithbat report: cannot write {}\n", tmp);
-      std::filesystem::remove(tmp);
+    // Never through a link: whatever sits at the .tmp path (a stale file, or a symlink someone
+    // planted in a shared directory to make us overwrite another file) is removed, not followed,
+    // and the file is created anew (O_EXCL fails on anything that reappears there).
+    ::unlink(tmp.c_str());
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    std::string_view left = html;
+    while (fd.valid() && !left.empty()) {
+      const ssize_t n = ::write(fd.get(), left.data(), left.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      left.remove_prefix(static_cast<size_t>(n));
+    }
+    if (!fd.valid() || !left.empty()) {
+      fmt::print(err, "ithbat report: cannot write {}: {}\n", tmp, std::strerror(errno));
+      if (fd.valid()) ::unlink(tmp.c_str());
       return 1;
     }
   }

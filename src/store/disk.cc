@@ -70,6 +70,13 @@ constexpr std::string_view kLockName = "LOCK";
 constexpr std::string_view kSeriesLogName = "series.log";
 constexpr std::string_view kTmpSuffix = ".tmp";
 constexpr std::string_view kCorruptSuffix = ".corrupt";
+// Quarantined segments kept for a human to inspect; older ones are deleted, so a disk that keeps
+// corrupting cannot fill the data directory with them (they are outside the disk budget).
+constexpr size_t kMaxQuarantined = 8;
+// The data directory and every file in it: the owner's only (issue 20: a 0755 directory of
+// 0644 files let every local user read other users' job output and identities).
+constexpr mode_t kDirMode = 0700;
+constexpr mode_t kFileMode = 0600;
 
 struct SegmentHeader {
   uint32_t version = kSegmentVersion;
@@ -179,17 +186,22 @@ Status SyncDir(int dir_fd, const std::string& dir) {
 
 // Writes `data` as `path` atomically: a reader (or a restart after a crash) sees the old file
 // or the new one, whole, never a prefix.
+//
+// Every file is created relative to the directory's descriptor, never through a symlink
+// (O_NOFOLLOW), readable by its owner only (0600: the store holds job output and job identities).
 Status WriteFileAtomic(int dir_fd, const std::string& dir, const std::string& name, std::string_view data) {
-  std::string path = dir + "/" + name;
-  std::string tmp = path + std::string(kTmpSuffix);
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  const std::string tmp_name = name + std::string(kTmpSuffix);
+  const std::string tmp = dir + "/" + tmp_name;
+  Fd fd(::openat(dir_fd, tmp_name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, kFileMode));
   if (!fd.valid()) return ErrnoError(ErrorCode::kIo, "create " + tmp, errno);
   Status st = WriteAll(fd.get(), data, tmp);
   if (st && ::fdatasync(fd.get()) != 0) st = ErrnoError(ErrorCode::kIo, "fdatasync " + tmp, errno);
   fd.Reset();
-  if (st && ::rename(tmp.c_str(), path.c_str()) != 0) st = ErrnoError(ErrorCode::kIo, "rename " + tmp, errno);
+  if (st && ::renameat(dir_fd, tmp_name.c_str(), dir_fd, name.c_str()) != 0) {
+    st = ErrnoError(ErrorCode::kIo, "rename " + tmp, errno);
+  }
   if (!st) {
-    ::unlink(tmp.c_str());
+    ::unlinkat(dir_fd, tmp_name.c_str(), 0);
     return st;
   }
   return SyncDir(dir_fd, dir);
@@ -279,21 +291,34 @@ struct DiskStore::Impl {
   bool series_dirty = false;      // appended since the last fdatasync
   uint64_t segments_deleted = 0;
   uint64_t corrupt_segments = 0;
+  std::vector<std::string> quarantined;  // the .corrupt files in the directory, oldest first
 
   std::string PathOf(std::string_view name) const { return dir + "/" + std::string(name); }
+  // Opens a file of the directory by name, never through a symlink.
+  Fd OpenAt(std::string_view name, int flags) const {
+    return Fd(::openat(dir_fd.get(), std::string(name).c_str(), flags | O_CLOEXEC | O_NOFOLLOW, kFileMode));
+  }
 
   // Moves a bad segment aside (kept for a human to inspect, out of the way of the next
-  // load) and counts it.
+  // load), counts it, and keeps at most kMaxQuarantined such files.
   void QuarantineLocked(const std::string& name) {
-    std::string from = PathOf(name);
-    std::string to = from + std::string(kCorruptSuffix);
-    if (::rename(from.c_str(), to.c_str()) != 0) ::unlink(from.c_str());
+    const std::string to = name + std::string(kCorruptSuffix);
+    if (::renameat(dir_fd.get(), name.c_str(), dir_fd.get(), to.c_str()) != 0) {
+      ::unlinkat(dir_fd.get(), name.c_str(), 0);
+    } else {
+      quarantined.push_back(to);
+      std::sort(quarantined.begin(), quarantined.end());  // segment names sort by sequence
+      while (quarantined.size() > kMaxQuarantined) {
+        ::unlinkat(dir_fd.get(), quarantined.front().c_str(), 0);
+        quarantined.erase(quarantined.begin());
+      }
+    }
     ++corrupt_segments;
     std::erase_if(segments, [&](const SegmentInfo& s) { return s.name == name; });
   }
 
   void DeleteLocked(size_t index) {
-    ::unlink(PathOf(segments[index].name).c_str());
+    ::unlinkat(dir_fd.get(), segments[index].name.c_str(), 0);
     segments.erase(segments.begin() + static_cast<ptrdiff_t>(index));
     ++segments_deleted;
   }
@@ -321,21 +346,34 @@ DiskStore::~DiskStore() {
 Result<std::unique_ptr<DiskStore>> DiskStore::Open(const std::string& dir, uint64_t disk_budget_bytes) {
   if (dir.empty()) return MakeError(ErrorCode::kInvalidArgument, "disk store: empty directory");
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return MakeErrorF(ErrorCode::kIo, "create {}: {}", dir, ec.message());
+  if (const auto parent = std::filesystem::path(dir).parent_path(); !parent.empty()) {
+    std::filesystem::create_directories(parent, ec);
+    if (ec) return MakeErrorF(ErrorCode::kIo, "create {}: {}", parent.string(), ec.message());
+  }
+  if (::mkdir(dir.c_str(), kDirMode) != 0 && errno != EEXIST) return ErrnoError(ErrorCode::kIo, "create " + dir, errno);
 
   std::unique_ptr<DiskStore> store(new DiskStore());
   Impl& im = *store->impl_;
   im.dir = dir;
   im.disk_budget = disk_budget_bytes;
+  // The directory itself may be a symlink the operator made (/var/lib/ithbat → a data disk);
+  // nothing inside it is ever followed.
   im.dir_fd = Fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!im.dir_fd.valid()) return ErrnoError(ErrorCode::kIo, "open " + dir, errno);
+  // A directory made by an earlier version, or by hand, is tightened to the owner's.
+  struct stat dir_stat {};
+  if (::fstat(im.dir_fd.get(), &dir_stat) == 0 && (dir_stat.st_mode & 077) != 0) {
+    if (::fchmod(im.dir_fd.get(), dir_stat.st_mode & kDirMode) != 0) {
+      return ErrnoError(ErrorCode::kIo, fmt::format("chmod {:o} {}", kDirMode, dir), errno);
+    }
+  }
 
   // flock, not fcntl locks: tied to this open file description, so a second DiskStore in the
   // same process is refused too, and released by the kernel however the process dies.
   std::string lock_path = im.PathOf(kLockName);
-  im.lock_fd = Fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  im.lock_fd = im.OpenAt(kLockName, O_RDWR | O_CREAT);
   if (!im.lock_fd.valid()) return ErrnoError(ErrorCode::kIo, "open " + lock_path, errno);
+  ::fchmod(im.lock_fd.get(), kFileMode);  // an earlier version's 0644
   if (::flock(im.lock_fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) {
       return MakeErrorF(ErrorCode::kUnavailable, "{} is in use by another agent (lock {})", dir, lock_path);
@@ -364,12 +402,18 @@ Status DiskStore::Impl::ScanSegments() {
   for (const auto& name : names) {
     if (name.ends_with(kTmpSuffix)) {
       // A write that never reached its rename: never part of the history.
-      ::unlink(PathOf(name).c_str());
+      ::unlinkat(dir_fd.get(), name.c_str(), 0);
       removed_tmp = true;
       continue;
     }
+    if (name.ends_with(kCorruptSuffix)) {
+      quarantined.push_back(name);
+      continue;
+    }
     if (!IsSegmentName(name)) continue;
-    Fd fd(::open(PathOf(name).c_str(), O_RDONLY | O_CLOEXEC));
+    // Files of an earlier version were 0644: tightened as they are found.
+    ::fchmodat(dir_fd.get(), name.c_str(), kFileMode, 0);
+    Fd fd = OpenAt(name, O_RDONLY);
     struct stat st;
     if (!fd.valid() || ::fstat(fd.get(), &st) != 0) continue;
     std::string head(kSegmentHeaderBytes, '\0');
@@ -390,21 +434,28 @@ Status DiskStore::Impl::ScanSegments() {
     next_seq = std::max(next_seq, header->last_seq + 1);
   }
   std::sort(segments.begin(), segments.end(), SegmentOrder);
+  std::sort(quarantined.begin(), quarantined.end());
+  while (quarantined.size() > kMaxQuarantined) {
+    ::unlinkat(dir_fd.get(), quarantined.front().c_str(), 0);
+    quarantined.erase(quarantined.begin());
+    removed_tmp = true;
+  }
   if (removed_tmp) return SyncDir(dir_fd.get(), dir);
   return Ok();
 }
 
 Status DiskStore::Impl::OpenSeriesLog() {
   std::string path = PathOf(kSeriesLogName);
-  if (::access(path.c_str(), F_OK) != 0) {
+  if (::faccessat(dir_fd.get(), std::string(kSeriesLogName).c_str(), F_OK, AT_SYMLINK_NOFOLLOW) != 0) {
     std::string header(kSeriesHeaderBytes, '\0');
     std::copy(std::begin(kSeriesMagic), std::end(kSeriesMagic), header.begin());
     PutLe(&header[8], kSeriesLogVersion, 4);
     PutLe(&header[12], Crc32c(header.data(), 12), 4);
     if (auto st = WriteFileAtomic(dir_fd.get(), dir, std::string(kSeriesLogName), header); !st) return st;
   }
-  series_fd = Fd(::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC));
+  series_fd = OpenAt(kSeriesLogName, O_RDWR | O_APPEND);
   if (!series_fd.valid()) return ErrnoError(ErrorCode::kIo, "open " + path, errno);
+  ::fchmod(series_fd.get(), kFileMode);  // an earlier version's 0644
   struct stat st;
   if (::fstat(series_fd.get(), &st) != 0) return ErrnoError(ErrorCode::kIo, "stat " + path, errno);
   uint64_t size = static_cast<uint64_t>(st.st_size);
@@ -556,7 +607,7 @@ Status DiskStore::WriteSegment(const SegmentContents& contents) {
 
 Result<SegmentContents> DiskStore::Impl::ReadSegment(const SegmentInfo& info) const {
   std::string path = PathOf(info.name);
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd fd = OpenAt(info.name, O_RDONLY);
   if (!fd.valid())
     return ErrnoError(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, "open " + path, errno);
   struct stat st;
@@ -750,7 +801,7 @@ Status DiskStore::Compact() {
     }
     auto written = im.WriteSegmentFileLocked(*built, run.front().name);
     if (!written) return std::unexpected(written.error());
-    for (size_t k = 1; k < run.size(); ++k) ::unlink(im.PathOf(run[k].name).c_str());
+    for (size_t k = 1; k < run.size(); ++k) ::unlinkat(im.dir_fd.get(), run[k].name.c_str(), 0);
     std::erase_if(im.segments, [&](const SegmentInfo& s) {
       return std::any_of(run.begin(), run.end(), [&](const SegmentInfo& r) { return r.name == s.name; });
     });

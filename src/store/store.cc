@@ -769,7 +769,11 @@ StoreStats Store::Stats() const {
   st.chunks_dropped = im.chunks_dropped.load(std::memory_order_relaxed);
   st.events = im.events.size();
   st.events_dropped = im.events.dropped();
-  st.bytes_on_disk = im.disk ? im.disk->Stats().bytes : 0;
+  if (im.disk) {
+    const DiskStats disk = im.disk->Stats();
+    st.bytes_on_disk = disk.bytes;
+    st.corrupt_segments = disk.corrupt_segments;
+  }
   st.flushes = im.flushes.load(std::memory_order_relaxed);
   st.flush_errors = im.flush_errors.load(std::memory_order_relaxed);
   st.last_flush = im.last_flush.load(std::memory_order_relaxed);

@@ -81,6 +81,7 @@ struct StoreStats {
   size_t events = 0;
   uint64_t events_dropped = 0;
   uint64_t bytes_on_disk = 0;
+  uint64_t corrupt_segments = 0;  // set aside since the data directory was opened (DiskStats)
   uint64_t flushes = 0;
   uint64_t flush_errors = 0;
   TimeNs last_flush = 0;

@@ -41,7 +41,8 @@ TEST(StoreStatsCollectorTest, DescribesValidMetrics) {
                                           "ithbat_store_samples_rejected_total", "ithbat_store_sample_bytes",
                                           "ithbat_store_chunks_dropped_total", "ithbat_store_events",
                                           "ithbat_store_events_dropped_total", "ithbat_store_disk_bytes",
-                                          "ithbat_store_flushes_total", "ithbat_store_flush_errors_total"));
+                                          "ithbat_store_flushes_total", "ithbat_store_flush_errors_total",
+                                          "ithbat_store_corrupt_segments_total"));
 }
 
 TEST(StoreStatsCollectorTest, ExportsTheStoresStats) {
@@ -69,8 +70,8 @@ TEST(StoreStatsCollectorTest, ExportsTheStoresStats) {
   ASSERT_TRUE(c.Collect(t0 + 3 * kNsPerSec));
   EXPECT_TRUE(c.Health().up);
   auto m = StoreMetrics(st);
-  ASSERT_EQ(m.size(), 10u);
-  EXPECT_EQ(m["ithbat_store_series"], 11);  // its own ten and the test's one
+  ASSERT_EQ(m.size(), 11u);
+  EXPECT_EQ(m["ithbat_store_series"], 12);  // its own eleven and the test's one
   EXPECT_EQ(m["ithbat_store_samples_appended_total"], 3);
   EXPECT_EQ(m["ithbat_store_samples_rejected_total"], 1);
   EXPECT_GT(m["ithbat_store_sample_bytes"], 0);
@@ -79,10 +80,10 @@ TEST(StoreStatsCollectorTest, ExportsTheStoresStats) {
   EXPECT_EQ(m["ithbat_store_disk_bytes"], 0);  // memory only
   EXPECT_EQ(m["ithbat_store_flush_errors_total"], 0);
 
-  // The next tick sees the ten samples the collector itself wrote.
+  // The next tick sees the eleven samples the collector itself wrote.
   ASSERT_TRUE(c.Collect(t0 + 4 * kNsPerSec));
   m = StoreMetrics(st);
-  EXPECT_EQ(m["ithbat_store_samples_appended_total"], 13);
+  EXPECT_EQ(m["ithbat_store_samples_appended_total"], 14);
   c.Stop();
 }
 
@@ -104,6 +105,22 @@ TEST(StoreStatsCollectorTest, CountsFlushesAndDiskBytes) {
   EXPECT_GE(m["ithbat_store_flushes_total"], 1);
   EXPECT_GT(m["ithbat_store_disk_bytes"], 0);
   EXPECT_EQ(m["ithbat_store_flush_errors_total"], 0);
+  EXPECT_EQ(m["ithbat_store_corrupt_segments_total"], 0);
+}
+
+TEST(StoreStatsCollectorTest, CountsCorruptSegments) {
+  testing::TempDir dir;
+  dir.WriteFile("data/seg-0000000000000042.ith", "not a segment");
+  store::StoreOptions options;
+  options.data_dir = (dir.path() / "data").string();
+  auto opened = store::Store::Open(options);
+  ASSERT_TRUE(opened) << opened.error().ToString();
+  store::Store& st = **opened;
+  StoreStatsCollector c(st);
+  ASSERT_TRUE(c.Init(st));
+  ASSERT_TRUE(c.Start());
+  ASSERT_TRUE(c.Collect(NowNs() / kNsPerSec * kNsPerSec));
+  EXPECT_EQ(StoreMetrics(st)["ithbat_store_corrupt_segments_total"], 1);
 }
 
 }  // namespace

@@ -141,6 +141,12 @@ TEST(Bundle, NeverOverwritesAndNamesTheJobsItSaw) {
   ASSERT_FALSE(again.has_value());
   EXPECT_NE(again.error().message.find("never overwritten"), std::string::npos);
 
+  // A dangling link counts as taken: SQLite would otherwise create the file it points to.
+  std::filesystem::create_symlink(dir.path() / "elsewhere.db", dir.path() / "link.ithbat");
+  auto through_link = WriteBundle(view, RecordOptions{"77"}, (dir.path() / "link.ithbat").string());
+  ASSERT_FALSE(through_link.has_value());
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "elsewhere.db"));
+
   auto empty_job = WriteBundle(view, RecordOptions{}, (dir.path() / "y.ithbat").string());
   ASSERT_FALSE(empty_job.has_value());
   EXPECT_EQ(empty_job.error().code, ErrorCode::kInvalidArgument);

@@ -5,6 +5,7 @@
 #include "cli/evidence_commands.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -13,6 +14,7 @@
 #include <sqlite3.h>
 
 #include "cli/diagnosis_text.h"
+#include "core/file_util.h"
 #include "serve/http_server.h"
 #include "store/store.h"
 #include "testutil/synthetic_fleet.h"
@@ -91,9 +93,15 @@ TEST(EvidenceCommands, RecordThenDiagnoseGivesTheRecordedDiagnosis) {
   EXPECT_EQ(json.find("bundle "), std::string::npos);  // JSON lines only
   EXPECT_NE(json.find("\"schema\":\"ithbat.diagnosis/v1\""), std::string::npos) << json;
 
+  // A link planted where the report writes its temporary file (a shared directory) is removed,
+  // never written through.
+  dir.WriteFile("victim", "precious\n");
+  std::filesystem::create_symlink(dir.path() / "victim", dir.path() / "r.html.tmp");
   ReportCommandOptions rep{bundle, (dir.path() / "r.html").string()};
   Capture out5, err5;
   ASSERT_EQ(RunReportCommand(rep, out5.f, err5.f), 0) << err5.Text();
+  EXPECT_EQ(*ReadFileBounded(dir.path() / "victim", 64), "precious\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "r.html.tmp"));
   std::ifstream html(rep.output);
   std::stringstream ss;
   ss << html.rdbuf();

@@ -1,5 +1,6 @@
 #include "store/disk.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -13,11 +14,13 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/file_util.h"
 #include "store/block_codec.h"
 #include "store/crc32c.h"
 #include "testutil/testutil.h"
@@ -442,6 +445,66 @@ TEST(DiskStoreTest, LeftoverTmpFilesAreDeletedOnOpen) {
   Loaded got = LoadAll(ds.get());
   EXPECT_EQ(got.segments.size(), 1u);
   EXPECT_EQ(ds->Stats().corrupt_segments, 0u);
+}
+
+TEST(DiskStoreTest, QuarantineKeepsOnlyTheNewestCorruptSegments) {
+  // A disk that keeps corrupting must not fill the directory with .corrupt files, which are
+  // outside the disk budget: the newest 8 are kept for a human, the rest deleted; every one is
+  // still counted.
+  TempDir tmp;
+  { OpenOrDie(tmp.path()); }
+  for (int i = 0; i < 12; ++i) tmp.WriteFile(fmt::format("seg-{:016d}.ith", 100 + i), "garbage");
+  auto ds = OpenOrDie(tmp.path());
+  EXPECT_EQ(ds->Stats().corrupt_segments, 12u);
+  auto kept = FilesWithSuffix(tmp.path(), ".corrupt");
+  ASSERT_EQ(kept.size(), 8u);
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept.front().filename().string(), "seg-0000000000000104.ith.corrupt");
+  // Reopening counts what it finds anew and keeps the bound.
+  ds.reset();
+  tmp.WriteFile("seg-0000000000000200.ith", "garbage");
+  ds = OpenOrDie(tmp.path());
+  EXPECT_EQ(ds->Stats().corrupt_segments, 1u);
+  EXPECT_EQ(FilesWithSuffix(tmp.path(), ".corrupt").size(), 8u);
+}
+
+TEST(DiskStoreTest, TheDirectoryAndItsFilesAreTheOwnersOnly) {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "data";
+  {
+    auto ds = OpenOrDie(dir);
+    ASSERT_TRUE(ds->WriteSegment({{Ticks(1, kT0, 5, 1, 0)}, {}, {}}));
+  }
+  auto mode = [](const fs::path& p) { return static_cast<unsigned>(fs::status(p).permissions()) & 0777u; };
+  EXPECT_EQ(mode(dir), 0700u);
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    EXPECT_EQ(mode(e.path()), 0600u) << e.path();
+    ++files;
+  }
+  EXPECT_GE(files, 3u);  // the lock, series.log, a segment
+  // A directory and files left open by an earlier version are tightened on open.
+  fs::permissions(dir, fs::perms(0755));
+  for (const auto& e : fs::directory_iterator(dir)) fs::permissions(e.path(), fs::perms(0644));
+  { OpenOrDie(dir); }
+  EXPECT_EQ(mode(dir), 0700u);
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(mode(e.path()), 0600u) << e.path();
+}
+
+TEST(DiskStoreTest, ASymlinkInTheDirectoryIsNeverFollowed) {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "data";
+  { OpenOrDie(dir); }
+  // Someone plants series.log as a link to a file the agent (root) may write: the store must
+  // refuse it rather than append through it.
+  tmp.WriteFile("victim", "precious\n");
+  fs::remove(dir / "series.log");
+  fs::create_symlink(tmp.path() / "victim", dir / "series.log");
+  auto ds = DiskStore::Open(dir.string(), kNoBudget);
+  EXPECT_FALSE(ds.has_value());
+  auto victim = ReadFileBounded(tmp.path() / "victim", 1024);
+  ASSERT_TRUE(victim.has_value());
+  EXPECT_EQ(*victim, "precious\n");
 }
 
 // Segments of 10 s each, 2 series, plus an event and a step per segment.
