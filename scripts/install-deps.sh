@@ -22,6 +22,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libbpf-dev bpftool clang-19 libclang-rt-19-dev
   prometheus curl
+  # util-linux's setpriv runs the agent under the unit's capability bounding set and
+  # systemd-analyze scores the unit offline (tests/integration/capabilities.sh, unit_security.sh).
+  util-linux systemd
   # slurm: a one-node cluster for tests/integration/slurm_identity.sh (process identity under a
   # real srun); the test writes its own slurm.conf and munge key and starts the daemons itself.
   slurm-wlm munge
