@@ -193,6 +193,63 @@ Result<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentOptions& op
 
 AgentProcess::~AgentProcess() { Stop(); }
 
+namespace {
+
+// The settings a running agent cannot change (collectors, store and server are built once),
+// named as in the config file, that differ between `a` and `b`.
+std::vector<std::string> RestartSettingsChanged(const AgentOptions& a, const AgentOptions& b) {
+  std::vector<std::string> changed;
+  auto check = [&](const char* name, bool same) {
+    if (!same) changed.emplace_back(name);
+  };
+  check("listen", a.listen_address == b.listen_address && a.listen_port == b.listen_port);
+  check("procfs", a.procfs == b.procfs);
+  check("sysfs", a.sysfs == b.sysfs);
+  check("nvml-library", a.nvml_library == b.nvml_library);
+  check("kmsg", a.kmsg == b.kmsg);
+  check("node", a.node == b.node);
+  check("cluster", a.cluster == b.cluster);
+  check("interval", a.interval == b.interval);
+  check("collect-deadline", a.collect_deadline == b.collect_deadline);
+  check("data-dir", a.data_dir == b.data_dir);
+  check("retention", a.retention == b.retention);
+  check("memory-budget", a.memory_budget_bytes == b.memory_budget_bytes);
+  check("disk-budget", a.disk_budget_bytes == b.disk_budget_bytes);
+  check("flush-interval", a.flush_interval == b.flush_interval);
+  check("joblog", a.joblog == b.joblog);
+  check("joblog-tail", a.joblog_tail == b.joblog_tail);
+  check("joblog-format", a.joblog_format == b.joblog_format);
+  check("joblog-patterns", a.joblog_patterns == b.joblog_patterns);
+  check("joblog-opt-out", a.joblog_opt_out == b.joblog_opt_out);
+  check("probe-budget", a.probe_budget == b.probe_budget);
+  check("probe-cost-ns", a.probe_cost_ns == b.probe_cost_ns);
+  check("sched-io", a.sched_io == b.sched_io);
+  check("diagnose-interval", a.diagnose_interval == b.diagnose_interval);
+  check("diagnose-lookback", a.diagnose_lookback == b.diagnose_lookback);
+  check("diagnose-resolve-after", a.diagnose_resolve_after == b.diagnose_resolve_after);
+  check("list-price", a.list_price_per_gpu_hour == b.list_price_per_gpu_hour);
+  return changed;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> AgentProcess::Reload(const AgentOptions& next) {
+  // Everything that can fail first, so that a refused reload changes nothing.
+  std::string token;
+  if (server_ && !next.token_file.empty()) {
+    auto t = ReadTokenFile(next.token_file);
+    if (!t) return std::unexpected(t.error());
+    token = std::move(*t);
+  }
+  if (auto s = agent::SetupLogging(next.log_format, next.log_level); !s) return std::unexpected(s.error());
+  if (server_) server_->SetBearerToken(std::move(token));
+  std::vector<std::string> later = RestartSettingsChanged(options_, next);
+  options_.log_format = next.log_format;
+  options_.log_level = next.log_level;
+  options_.token_file = next.token_file;
+  return later;
+}
+
 investigate::NodeDiagnoserOptions MakeDiagnoserOptions(const AgentOptions& options) {
   investigate::NodeDiagnoserOptions o;
   o.lookback = options.diagnose_lookback;

@@ -45,6 +45,12 @@ class AgentProcess {
   // (failed collectors are not waited for), at most `timeout`. False on timeout.
   bool WaitForCollects(uint64_t collects, TimeNs timeout) const;
 
+  // What SIGHUP applies from freshly read options: the log level and format, and the bearer
+  // token (its file read again; a file that is now refused keeps the old token and fails the
+  // reload). Returns the settings that changed but take effect only at the next start: the
+  // collectors, the store and the listening address are built once.
+  Result<std::vector<std::string>> Reload(const AgentOptions& next);
+
   // The bound port (0 when not serving).
   uint16_t port() const;
   const store::Store& store() const { return *store_; }

@@ -5,10 +5,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <fmt/format.h>
 #include <signal.h>
+#include <spdlog/logger.h>
 
 #include "agent/logging.h"
 #include "agent/runtime.h"
@@ -149,13 +152,14 @@ std::optional<int> Parse(CLI::App& app, int argc, const char* const* argv) {
   return std::nullopt;
 }
 
-// Blocks SIGINT and SIGTERM in this thread and, because threads inherit the mask, in every
-// thread started after it; the main thread then takes them with sigwait.
-sigset_t BlockStopSignals() {
+// Blocks SIGINT, SIGTERM and SIGHUP in this thread and, because threads inherit the mask, in
+// every thread started after it; the main thread then takes them with sigwait.
+sigset_t BlockAgentSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a scraper that hangs up must not kill the agent
   return set;
@@ -183,7 +187,46 @@ int RunOnce(const AgentOptions& options) {
   return kExitOk;
 }
 
-int RunAgent(const AgentFlags& flags) {
+// The same command line (and so the same config file) parsed again into `st`, for SIGHUP.
+Status ParseAgain(const std::vector<std::string>& args, CliState& st) {
+  CLI::App app;
+  BuildApp(app, st);
+  std::vector<const char*> argv = {"ithbat"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "{}", IsConfigError(e) ? ConfigErrorText(e) : e.what());
+  }
+  return Ok();
+}
+
+Result<AgentOptions> ReadAgentOptionsAgain(const std::vector<std::string>& args) {
+  CliState st;
+  if (Status s = ParseAgain(args, st); !s) return std::unexpected(s.error());
+  if (!*st.agent_cmd) return MakeError(ErrorCode::kInternal, "the command line no longer names the agent");
+  return ResolveAgentOptions(st.agent);
+}
+
+// SIGHUP: the configuration read again; what a running agent can change applied, the rest
+// named as waiting for a restart. A configuration that no longer reads changes nothing.
+void ReloadAgent(AgentProcess& process, const std::vector<std::string>& args, spdlog::logger& log) {
+  auto next = ReadAgentOptionsAgain(args);
+  if (!next) {
+    log.error("SIGHUP: the configuration does not read, nothing changed: {}", next.error().message);
+    return;
+  }
+  auto later = process.Reload(*next);
+  if (!later) {
+    log.error("SIGHUP: nothing changed: {}", later.error().message);
+    return;
+  }
+  log.info("SIGHUP: reloaded log level ({}) and bearer token ({}){}", next->log_level,
+           next->token_file.empty() ? "none" : next->token_file,
+           later->empty() ? "" : fmt::format("; changed, applied at the next start: {}", fmt::join(*later, ", ")));
+}
+
+int RunAgent(const AgentFlags& flags, const std::vector<std::string>& args) {
   auto options = ResolveAgentOptions(flags);
   if (!options) {
     fmt::print(stderr, "ithbat agent: {}\n", options.error().message);
@@ -195,7 +238,7 @@ int RunAgent(const AgentFlags& flags) {
   }
   if (options->once) return RunOnce(*options);
 
-  const sigset_t stop_signals = BlockStopSignals();
+  const sigset_t signals = BlockAgentSignals();
   auto log = agent::GetLogger("cli");
   log->info("ithbat {} starting: node {}, cluster '{}', interval {} ms, data dir {}", kVersion, options->node,
             options->cluster, options->interval / kNsPerMs,
@@ -207,7 +250,10 @@ int RunAgent(const AgentFlags& flags) {
     return kExitFailure;
   }
   int sig = 0;
-  while (sigwait(&stop_signals, &sig) != 0) {
+  for (;;) {
+    if (sigwait(&signals, &sig) != 0) continue;
+    if (sig != SIGHUP) break;
+    ReloadAgent(**process, args, *log);
   }
   log->info("received {}, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
   (*process)->Stop();
@@ -233,7 +279,7 @@ int Main(int argc, const char* const* argv) {
   CLI::App app;
   BuildApp(app, st);
   if (auto code = Parse(app, argc, argv)) return *code;
-  if (*st.agent_cmd) return RunAgent(st.agent);
+  if (*st.agent_cmd) return RunAgent(st.agent, std::vector<std::string>(argv + 1, argv + argc));
   if (*st.demo_cmd) {
     return st.demo_local ? RunDemo(st.demo_seconds, st.demo_nvml_library) : RunScenarioDemo(st.demo_scenarios);
   }
@@ -245,6 +291,11 @@ int Main(int argc, const char* const* argv) {
   if (*st.parse_cmd) return RunParseCommand(st.parse, stdout, stderr);
   if (*st.scenario_check_cmd) return RunScenarioCheck(st.scenario_check, stdout, stderr);
   if (int rc = RunEvidenceCommand(st.evidence, stdout, stderr); rc >= 0) return rc;
+  st.hub.read_again = [args = std::vector<std::string>(argv + 1, argv + argc)]() -> Result<HubCommandOptions> {
+    CliState again;
+    if (Status s = ParseAgain(args, again); !s) return std::unexpected(s.error());
+    return again.hub.options;
+  };
   if (int rc = RunHubCommand(st.hub, stdout, stderr); rc >= 0) return rc;
   return kExitUsage;  // unreachable: a subcommand is required
 }

@@ -2,11 +2,16 @@
 
 #include <cmath>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <fmt/format.h>
 #include <signal.h>
+#include <spdlog/logger.h>
 
 #include "agent/logging.h"
 #include "cli/agent_options.h"
@@ -89,10 +94,104 @@ Result<Resolved> Resolve(const HubCommandOptions& o) {
   return r;
 }
 
-hub::NotifyCounters Counters(const notify::WebhookNotifier* n) {
+hub::NotifyCounters NotifierCounters(const notify::WebhookNotifier* n) {
   if (!n) return {};
   const notify::WebhookStats s = n->Stats();
   return hub::NotifyCounters{true, s.sent, s.failed, s.dropped, s.retries, s.queued};
+}
+
+// The notifier the hub's observer and /metrics use, replaceable while the hub runs (SIGHUP with
+// another webhook URL).
+class NotifierSlot {
+ public:
+  void Swap(std::unique_ptr<notify::WebhookNotifier> next, std::string url) {
+    std::unique_ptr<notify::WebhookNotifier> old;
+    {
+      std::lock_guard lock(mu_);
+      old = std::exchange(notifier_, std::move(next));
+      url_ = std::move(url);
+    }
+    if (old) old->Stop();  // its queue is flushed or given up, outside the lock
+  }
+  void Observe(const std::vector<Diagnosis>& ds) {
+    std::lock_guard lock(mu_);
+    if (notifier_) notifier_->Observe(ds);
+  }
+  hub::NotifyCounters Counters() const {
+    std::lock_guard lock(mu_);
+    return NotifierCounters(notifier_.get());
+  }
+  std::string url() const {
+    std::lock_guard lock(mu_);
+    return url_;
+  }
+  // For --once, before any thread runs.
+  notify::WebhookNotifier* Get() { return notifier_.get(); }
+  void Stop() { Swap(nullptr, ""); }
+
+ private:
+  mutable std::mutex mu_;
+  std::unique_ptr<notify::WebhookNotifier> notifier_;
+  std::string url_;
+};
+
+Result<std::unique_ptr<notify::WebhookNotifier>> StartNotifier(const std::string& url) {
+  notify::WebhookOptions wo;
+  wo.url = url;
+  return notify::WebhookNotifier::Start(wo);
+}
+
+// SIGHUP: the options read again; the log level, the hub's own bearer token and the webhook
+// applied, the rest (agents, their token, interval, lookback, address) named as waiting for a
+// restart. Options that no longer read, or a webhook that does not start, change nothing.
+void ReloadHub(const HubCommand& hub, const Resolved& running, hub::HubServer& server, NotifierSlot& slot,
+               spdlog::logger& log) {
+  if (!hub.read_again) return;
+  auto options = hub.read_again();
+  if (!options) {
+    log.error("SIGHUP: the options do not read, nothing changed: {}", options.error().message);
+    return;
+  }
+  auto next = Resolve(*options);
+  if (!next) {
+    log.error("SIGHUP: nothing changed: {}", next.error().message);
+    return;
+  }
+  std::unique_ptr<notify::WebhookNotifier> notifier;
+  const bool webhook_changed = next->webhook_url != slot.url();
+  if (webhook_changed && !next->webhook_url.empty()) {
+    auto n = StartNotifier(next->webhook_url);
+    if (!n) {
+      log.error("SIGHUP: nothing changed: --webhook-url-file: {}", n.error().message);
+      return;
+    }
+    notifier = std::move(*n);
+  }
+  if (auto s = agent::SetupLogging(agent::LogFormat::kHuman, options->log_level); !s) {
+    log.error("SIGHUP: nothing changed: --log-level: {}", s.error().message);
+    return;
+  }
+  server.SetBearerToken(next->server.bearer_token);
+  if (webhook_changed) slot.Swap(std::move(notifier), next->webhook_url);
+  std::vector<std::string> later;
+  auto check = [&](const char* name, bool same) {
+    if (!same) later.emplace_back(name);
+  };
+  std::vector<std::string> a, b;
+  for (const auto& t : running.hub.agents) a.push_back(t.Address() + "=" + t.node);
+  for (const auto& t : next->hub.agents) b.push_back(t.Address() + "=" + t.node);
+  check("--agent", a == b);
+  check("--agent-token-file", running.hub.agent_token == next->hub.agent_token);
+  check("--interval", running.hub.interval == next->hub.interval);
+  check("--lookback", running.hub.lookback == next->hub.lookback);
+  check("--list-price",
+        running.hub.investigate.list_price_per_gpu_hour == next->hub.investigate.list_price_per_gpu_hour);
+  check("--listen/--port",
+        running.server.bind_address == next->server.bind_address && running.server.port == next->server.port);
+  log.info("SIGHUP: reloaded log level ({}), bearer token ({}), webhook ({}){}", options->log_level,
+           next->server.bearer_token.empty() ? "none" : "set",
+           next->webhook_url.empty() ? "none" : (webhook_changed ? "replaced" : "unchanged"),
+           later.empty() ? "" : fmt::format("; changed, applied at the next start: {}", fmt::join(later, ", ")));
 }
 
 int RunOnce(hub::Hub& h, notify::WebhookNotifier* notifier, std::FILE* out, std::FILE* err) {
@@ -190,19 +289,18 @@ int RunHubCommand(const HubCommand& hub, std::FILE* out, std::FILE* err) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);  // reloads (ReloadHub)
   if (!hub.options.once) pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::unique_ptr<notify::WebhookNotifier> notifier;
+  NotifierSlot slot;
   if (!resolved->webhook_url.empty()) {
-    notify::WebhookOptions wo;
-    wo.url = resolved->webhook_url;
-    auto n = notify::WebhookNotifier::Start(wo);
+    auto n = StartNotifier(resolved->webhook_url);
     if (!n) {
       fmt::print(err, "ithbat hub: --webhook-url-file: {}\n", n.error().message);
       return kExitUsage;
     }
-    notifier = std::move(*n);
+    slot.Swap(std::move(*n), resolved->webhook_url);
   }
   auto created = hub::Hub::Create(resolved->hub);
   if (!created) {
@@ -210,13 +308,12 @@ int RunHubCommand(const HubCommand& hub, std::FILE* out, std::FILE* err) {
     return kExitUsage;
   }
   hub::Hub& h = **created;
-  if (notifier) h.SetObserver([n = notifier.get()](const std::vector<Diagnosis>& ds) { n->Observe(ds); });
+  h.SetObserver([&slot](const std::vector<Diagnosis>& ds) { slot.Observe(ds); });
 
-  if (hub.options.once) return RunOnce(h, notifier.get(), out, err);
+  if (hub.options.once) return RunOnce(h, slot.Get(), out, err);
 
-  const notify::WebhookNotifier* n = notifier.get();
   auto server = hub::HubServer::Start(
-      h, [n] { return Counters(n); }, resolved->server);
+      h, [&slot] { return slot.Counters(); }, resolved->server);
   if (!server) {
     fmt::print(err, "ithbat hub: {}\n", server.error().message);
     return kExitFailure;
@@ -234,12 +331,15 @@ int RunHubCommand(const HubCommand& hub, std::FILE* out, std::FILE* err) {
   }
   h.Start();
   int sig = 0;
-  while (sigwait(&stop_signals, &sig) != 0) {
+  for (;;) {
+    if (sigwait(&stop_signals, &sig) != 0) continue;
+    if (sig != SIGHUP) break;
+    ReloadHub(hub, *resolved, **server, slot, *log);
   }
   log->info("received {}, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
   h.Stop();
   (*server)->Stop();
-  if (notifier) notifier->Stop();
+  slot.Stop();
   log->info("stopped");
   return kExitOk;
 }

@@ -8,8 +8,11 @@
 // Exit codes: 0 ok; 2 a bad flag value or token file; 1 a failure at run time (port taken, or
 // with --once: no agent could be reached, or the engine failed), with one line on stderr.
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "core/result.h"
 
 namespace CLI {  // NOLINT(readability-identifier-naming): CLI11's namespace
 class App;
@@ -35,6 +38,8 @@ struct HubCommandOptions {
 struct HubCommand {
   HubCommandOptions options;
   CLI::App* cmd = nullptr;
+  // Reads the options again from the same command line (SIGHUP); unset: SIGHUP changes nothing.
+  std::function<Result<HubCommandOptions>()> read_again;
 };
 
 // Declares `hub` on `app`, writing into `hub` (which must outlive the parse).

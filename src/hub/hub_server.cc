@@ -107,4 +107,8 @@ void HubServer::Stop() {
 
 uint16_t HubServer::port() const { return impl_ ? impl_->http.port() : 0; }
 
+void HubServer::SetBearerToken(std::string token) {
+  if (impl_) impl_->http.SetBearerToken(std::move(token));
+}
+
 }  // namespace ithbat::hub

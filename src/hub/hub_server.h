@@ -40,6 +40,8 @@ class HubServer {
   ~HubServer();
   void Stop();
   uint16_t port() const;
+  // Replaces the bearer token (empty: none) from the next request on. Thread-safe.
+  void SetBearerToken(std::string token);
 
  private:
   HubServer();

@@ -176,7 +176,12 @@ void RaiseDescriptorLimit(unsigned connections, spdlog::logger& log) {
 
 }  // namespace
 
-HttpBase::HttpBase(HttpBaseOptions options) : options_(std::move(options)) {}
+HttpBase::HttpBase(HttpBaseOptions options) : options_(std::move(options)), token_(options_.bearer_token) {}
+
+void HttpBase::SetBearerToken(std::string token) {
+  std::lock_guard lock(token_mu_);
+  token_ = std::move(token);
+}
 
 HttpBase::~HttpBase() { Stop(); }
 
@@ -273,10 +278,15 @@ bool HttpBase::Screen(MHD_Connection* connection, const char* url, const char* m
     return true;
   }
   // The open path (/healthz) stays open so that probes need no secret; it reveals only health.
-  if (!options_.bearer_token.empty() && url != options_.open_path) {
+  std::string token;
+  {
+    std::lock_guard lock(token_mu_);
+    token = token_;
+  }
+  if (!token.empty() && url != options_.open_path) {
     const char* value = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     std::string_view header = value ? value : "";
-    if (!ConstantTimeEquals(BearerToken(header), options_.bearer_token)) {
+    if (!ConstantTimeEquals(BearerToken(header), token)) {
       refused_unauthorized_.fetch_add(1, std::memory_order_relaxed);
       headers_out["WWW-Authenticate"] =
           header.empty() ? R"(Bearer realm="ithbat")" : R"(Bearer realm="ithbat", error="invalid_token")";

@@ -115,6 +115,9 @@ class HttpBase {
   void Stop();
   uint16_t port() const { return port_; }  // the bound port (after Start)
   HttpBaseStats Stats() const;
+  // Replaces the bearer token (empty: none) for the requests that arrive from now on (SIGHUP
+  // reloads it). Thread-safe.
+  void SetBearerToken(std::string token);
 
   // libmicrohttpd's callbacks (C linkage needs free functions; they forward here).
   struct Exchange;
@@ -142,6 +145,8 @@ class HttpBase {
   std::string InternalErrorMessage() const;
 
   HttpBaseOptions options_;
+  mutable std::mutex token_mu_;
+  std::string token_;  // guarded by token_mu_; options_.bearer_token at first
   std::map<std::string, Route> routes_;
   MHD_Daemon* daemon_ = nullptr;
   uint16_t port_ = 0;

@@ -109,4 +109,8 @@ void HttpServer::Stop() {
 
 uint16_t HttpServer::port() const { return impl_ ? impl_->http.port() : 0; }
 
+void HttpServer::SetBearerToken(std::string token) {
+  if (impl_) impl_->http.SetBearerToken(std::move(token));
+}
+
 }  // namespace ithbat::serve

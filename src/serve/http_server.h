@@ -49,6 +49,8 @@ class HttpServer {
   ~HttpServer();  // stops
   void Stop();
   uint16_t port() const;  // the bound port (useful with port 0)
+  // Replaces the bearer token (empty: none) from the next request on. Thread-safe.
+  void SetBearerToken(std::string token);
 
  private:
   HttpServer();

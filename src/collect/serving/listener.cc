@@ -17,29 +17,17 @@
 
 #include <fmt/format.h>
 
+#include "core/file_util.h"
+
 namespace ithbat::collect::serving {
 namespace {
 
 constexpr int kTcpListen = 10;  // TCP_LISTEN in the kernel's state numbering
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // One sock_diag dump of the TCP sockets of `family` in LISTEN state; the inodes of those on
 // `port` are added to `out`.
 Status DumpListeners(int family, uint16_t port, std::vector<uint64_t>& out) {
-  Fd sock(socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  UniqueFd sock(socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
   if (sock.get() < 0) return ErrnoError(ErrorCode::kUnavailable, "sock_diag netlink socket", errno);
   timeval tv{2, 0};  // the kernel answers at once; a bound all the same
   setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
