@@ -38,9 +38,10 @@ kill -0 "$AGENT_PID" 2>/dev/null || fail "the agent died on SIGHUP"
 grep -q 'SIGHUP: reloaded log level (debug)' "$WORK/agent.log" || fail "the log level was not reloaded: $(grep SIGHUP "$WORK/agent.log")"
 grep -q 'applied at the next start: interval' "$WORK/agent.log" || fail "the interval change was not named as needing a restart"
 wait_until 10 "debug lines after the reload" grep -q ' debug ' "$WORK/agent.log"
+# The store keeps its samples and the collectors keep adding to them.
+grew() { python3 -c 'import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) else 1)' "$before" "$(appended "$token_b")"; }
+wait_until 10 "samples appended after the reload beyond the $before before it" grew
 after=$(appended "$token_b")
-python3 -c 'import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) else 1)' "$before" "$after" ||
-  fail "the store lost or stopped its samples across SIGHUP ($before, then $after)"
 
 # A configuration that no longer reads changes nothing.
 printf 'no-such-key = 1\n' >>"$WORK/agent.toml"
@@ -48,4 +49,24 @@ kill -HUP "$AGENT_PID"
 wait_until 10 "the refused reload is logged" grep -q 'SIGHUP: .*nothing changed' "$WORK/agent.log"
 kill -0 "$AGENT_PID" 2>/dev/null || fail "the agent died on a SIGHUP with a broken configuration"
 [[ $(code -H "Authorization: Bearer $token_b" "$AGENT_URL/metrics") == 200 ]] || fail "token B lost after a refused reload"
+# The hub: its own token and a webhook, from files, reloaded the same way.
+printf 'hub-token-1\n' >"$WORK/hub-token"
+chmod 600 "$WORK/hub-token"
+cp "$WORK/token" "$WORK/agent-token"
+chmod 600 "$WORK/agent-token"
+agent_port=${AGENT_URL##*:}
+"$ITHBAT" hub --agent "127.0.0.1:$agent_port" --agent-token-file "$WORK/agent-token" --token-file "$WORK/hub-token" \
+  --listen 127.0.0.1 --port 0 --interval 500ms 2>"$WORK/hub.log" &
+HUB_PID=$!
+STARTED_PIDS+=("$HUB_PID")
+hub_port=$(listen_port "the hub" "$HUB_PID" "$WORK/hub.log") || exit 1
+HUB="http://127.0.0.1:$hub_port"
+[[ $(code -H "Authorization: Bearer hub-token-1" "$HUB/api/v1/diagnoses") == 200 ]] || fail "hub token 1 refused at start"
+printf 'hub-token-2\n' >"$WORK/hub-token"
+kill -HUP "$HUB_PID"
+wait_until 10 "the hub logs its reload" grep -q 'SIGHUP: reloaded' "$WORK/hub.log"
+kill -0 "$HUB_PID" 2>/dev/null || fail "the hub died on SIGHUP"
+[[ $(code -H "Authorization: Bearer hub-token-2" "$HUB/api/v1/diagnoses") == 200 ]] || fail "hub token 2 refused after SIGHUP"
+[[ $(code -H "Authorization: Bearer hub-token-1" "$HUB/api/v1/diagnoses") == 401 ]] || fail "hub token 1 still accepted"
+
 echo "sighup: token and log level reloaded, interval named for the next start, a broken config changed nothing, samples $before -> $after"
