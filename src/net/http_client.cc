@@ -232,7 +232,10 @@ Result<HttpAnswer> HttpClient::Send(const HttpCall& call) {
     case CURLE_URL_MALFORMAT:
       return MakeError(ErrorCode::kInvalidArgument, "the URL is malformed");
     case CURLE_OUT_OF_MEMORY:
-      return MakeErrorF(ErrorCode::kResourceExhausted, "out of memory ({})", why);
+      // libcurl 7.88 says so when one header line passes its own 100 KiB bound (before our
+      // per-line callback sees it): a hostile answer, far more often than a real shortage.
+      return MakeErrorF(ErrorCode::kResourceExhausted,
+                        "an answer header line over libcurl's 100 KiB bound, or out of memory ({})", why);
     default:
       return MakeErrorF(ErrorCode::kIo, "the exchange failed ({})", why);
   }

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,9 @@ struct ApiResponse {
   int status = 200;
   std::string content_type = std::string(kJsonContentType);
   std::string body;
+  // Sent instead of `body` when set: one answer shared by many requests (the agent's /metrics,
+  // rendered at most once a second), made with HttpBase::TrackedBody so its bytes count once.
+  std::shared_ptr<const std::string> shared_body;
 };
 
 // {"status":"error","error":{"code":code,"message":message}}

@@ -103,7 +103,8 @@ MHD_Result CollectParam(void* cls, MHD_ValueKind, const char* key, const char* v
   return MHD_YES;
 }
 
-void DeleteBody(void* cls) { delete static_cast<std::string*>(cls); }
+// The library's free callback holds a reference to the body until the response is gone.
+void ReleaseBody(void* cls) { delete static_cast<std::shared_ptr<const std::string>*>(cls); }
 
 // A listening socket for `address`:`port` (numeric or a name getaddrinfo resolves), non-blocking
 // (the event-loop threads share it), SO_REUSEADDR for a quick restart but not SO_REUSEPORT,
@@ -207,6 +208,8 @@ HttpBaseStats HttpBase::Stats() const {
   s.refused_too_large = refused_too_large_.load(std::memory_order_relaxed);
   s.refused_unauthorized = refused_unauthorized_.load(std::memory_order_relaxed);
   s.refused_method = refused_method_.load(std::memory_order_relaxed);
+  s.refused_busy = refused_busy_.load(std::memory_order_relaxed);
+  s.answer_bytes_in_flight = answer_bytes_->load(std::memory_order_relaxed);
   s.open_connections = open_connections_.load(std::memory_order_relaxed);
   s.library_messages = library_messages_.load(std::memory_order_relaxed);
   return s;
@@ -298,13 +301,26 @@ bool HttpBase::Screen(MHD_Connection* connection, const char* url, const char* m
   return false;
 }
 
+std::shared_ptr<const std::string> HttpBase::TrackedBody(std::string body) {
+  const uint64_t size = body.size();
+  answer_bytes_->fetch_add(size, std::memory_order_relaxed);
+  return std::shared_ptr<const std::string>(new std::string(std::move(body)),
+                                            [counter = answer_bytes_, size](const std::string* s) {
+                                              counter->fetch_sub(size, std::memory_order_relaxed);
+                                              delete s;
+                                            });
+}
+
 int HttpBase::Send(MHD_Connection* connection, ApiResponse response,
                    const std::map<std::string, std::string>& headers, const char* method, const char* url) {
-  auto* body = new std::string(std::move(response.body));
-  MHD_Response* r = MHD_create_response_from_buffer_with_free_callback_cls(body->size(), body->data(), &DeleteBody,
-                                                                           body);
+  auto* holder = new std::shared_ptr<const std::string>(
+      response.shared_body ? std::move(response.shared_body) : TrackedBody(std::move(response.body)));
+  const std::string& body = **holder;
+  // The library only reads the buffer; its type asks for a mutable pointer.
+  MHD_Response* r = MHD_create_response_from_buffer_with_free_callback_cls(
+      body.size(), const_cast<char*>(body.data()), &ReleaseBody, holder);
   if (r == nullptr) {
-    delete body;
+    delete holder;
     return 0;  // the library closes the connection
   }
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, response.content_type.c_str());
@@ -323,6 +339,17 @@ int HttpBase::Answer(MHD_Connection* connection, const std::string& url, const s
                 method.c_str(), url.c_str());
   }
   requests_.fetch_add(1, std::memory_order_relaxed);
+  // Slow readers hold their answers: past the budget nothing new is produced for them, but
+  // /healthz (a few bytes) always answers.
+  if (url != options_.open_path &&
+      answer_bytes_->load(std::memory_order_relaxed) > options_.max_answer_bytes_in_flight) {
+    refused_busy_.fetch_add(1, std::memory_order_relaxed);
+    return Send(connection,
+                Error(503, fmt::format("busy: {} bytes of answers are waiting for slow clients (limit {}); retry",
+                                       answer_bytes_->load(std::memory_order_relaxed),
+                                       options_.max_answer_bytes_in_flight)),
+                {{"Retry-After", "1"}}, method.c_str(), url.c_str());
+  }
   // An exception becomes a 500 JSON error and a log line, never a crash or a library page.
   try {
     HttpRequest request{method, url, {}};

@@ -48,6 +48,11 @@ struct HttpBaseOptions {
   // full one (docs/security.md).
   unsigned max_connections = 2048;
   unsigned max_connections_per_address = 1024;
+  // Answers made but not yet taken by their clients, all together: past this, a route is
+  // answered 503 (Retry-After: 1) until slow readers drain or time out. /healthz is exempt.
+  // One answer may pass it (a big query is produced when there is room), so the most held is
+  // this plus the largest answer a query may give.
+  size_t max_answer_bytes_in_flight = 32 * 1024 * 1024;
 
   std::string open_path = "/healthz";  // served without a token so that probes need no secret
   // Who logs a 500: "internal error (logged by the <owner>)".
@@ -92,6 +97,8 @@ struct HttpBaseStats {
   uint64_t refused_too_large = 0;     // 431/413 answered, or a chunked body cut off, by the base
   uint64_t refused_unauthorized = 0;  // 401
   uint64_t refused_method = 0;        // 405
+  uint64_t refused_busy = 0;          // 503: answers in flight over their budget
+  uint64_t answer_bytes_in_flight = 0;
   uint64_t open_connections = 0;
   uint64_t library_messages = 0;      // connections libmicrohttpd refused or dropped itself, and its errors
 };
@@ -118,6 +125,9 @@ class HttpBase {
   // Replaces the bearer token (empty: none) for the requests that arrive from now on (SIGHUP
   // reloads it). Thread-safe.
   void SetBearerToken(std::string token);
+  // A body counted in the answer bytes in flight from now until its last reference is gone,
+  // for an answer a route shares between requests (ApiResponse::shared_body). Thread-safe.
+  std::shared_ptr<const std::string> TrackedBody(std::string body);
 
   // libmicrohttpd's callbacks (C linkage needs free functions; they forward here).
   struct Exchange;
@@ -156,6 +166,10 @@ class HttpBase {
   std::atomic<uint64_t> refused_too_large_{0};
   std::atomic<uint64_t> refused_unauthorized_{0};
   std::atomic<uint64_t> refused_method_{0};
+  std::atomic<uint64_t> refused_busy_{0};
+  // Shared with the bodies' deleters, which may run after a Stop (a response the library
+  // still held): they decrement through this, never through a dangling HttpBase.
+  std::shared_ptr<std::atomic<uint64_t>> answer_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::atomic<uint64_t> open_connections_{0};
   std::atomic<uint64_t> library_messages_{0};
 };

@@ -3,6 +3,8 @@
 // (/metrics).
 #include "serve/http_server.h"
 
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -46,6 +48,24 @@ struct HttpServer::Impl {
 
   void AddRoutes();
 
+  // /metrics rendered at most once per kMetricsReuse and shared by the requests in between:
+  // a thousand concurrent scrapers (or a thousand that never read their answer) hold one body,
+  // not a thousand. The collectors write once a tick (1 s by default), so nothing is missed.
+  std::shared_ptr<const std::string> MetricsText() {
+    const TimeNs now = NowNs();
+    std::lock_guard lock(metrics_mu);
+    if (!metrics_body || now - metrics_rendered_at >= kMetricsReuse || now < metrics_rendered_at) {
+      metrics_body = http.TrackedBody(RenderPrometheusText(store, now - options.stale_after));
+      metrics_rendered_at = now;
+    }
+    return metrics_body;
+  }
+
+  static constexpr TimeNs kMetricsReuse = 500 * kNsPerMs;
+  std::mutex metrics_mu;
+  std::shared_ptr<const std::string> metrics_body;  // guarded by metrics_mu
+  TimeNs metrics_rendered_at = 0;
+
   const store::Store& store;
   ServerSources sources;
   ServerOptions options;
@@ -57,7 +77,7 @@ void HttpServer::Impl::AddRoutes() {
   http.Get("/metrics", "/metrics", [this](const HttpRequest&) {
     ApiResponse r;
     r.content_type = std::string(kPrometheusContentType);
-    r.body = RenderPrometheusText(store, NowNs() - options.stale_after);
+    r.shared_body = MetricsText();
     return r;
   });
   http.Get("/api/v1/series", "series",

@@ -177,6 +177,7 @@ TEST(HttpClient, AHugeHeaderLineIsCutOff) {
   auto a = client.Send({.url = peer.Url()});
   ASSERT_FALSE(a.has_value());
   EXPECT_EQ(a.error().code, ErrorCode::kResourceExhausted) << a.error().ToString();
+  EXPECT_THAT(a.error().message, HasSubstr("header line")) << a.error().ToString();
   EXPECT_LT(RssKiB() - before, 32 * 1024);
 }
 

@@ -309,6 +309,49 @@ TEST_F(HttpBoundsTest, AThousandSlowConnectionsStarveNobody) {
   for (int fd : slow) close(fd);
 }
 
+TEST_F(HttpBoundsTest, AnswersNobodyReadsAreBoundedAndHealthzStillAnswers) {
+  constexpr size_t kBody = 16 << 20;  // more than loopback's socket buffers take off the server
+  HttpBaseOptions options;
+  options.max_answer_bytes_in_flight = 2 * kBody;
+  server_ = std::make_unique<HttpBase>(options);
+  server_->Get("/healthz", "healthz", [](const HttpRequest&) { return ApiResponse{200, "application/json", "{}"}; });
+  server_->Get("/big", "big", [&](const HttpRequest&) { return ApiResponse{200, "text/plain", std::string(kBody, 'x')}; });
+  ASSERT_TRUE(server_->Start().has_value());
+  port_ = server_->port();
+  // Clients that ask for 16 MiB and never read it: past 32 MiB waiting, the server says busy.
+  std::vector<int> readers;
+  std::string last;
+  for (int i = 0; i < 5; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    int small = 4096;  // before connect, so the window stays small
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    timeval tv{2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port_);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_TRUE(SendAll(fd, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n"));
+    char head[16] = {};
+    ssize_t n = recv(fd, head, 12, 0);
+    last.assign(head, n > 0 ? static_cast<size_t>(n) : 0);
+    readers.push_back(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(last, "HTTP/1.1 503");
+  EXPECT_GE(server_->Stats().refused_busy, 1u);
+  EXPECT_LE(server_->Stats().answer_bytes_in_flight, 3 * kBody);  // the budget, and one answer past it
+  EXPECT_EQ(Healthz(), 200);
+  for (int fd : readers) close(fd);
+  // Once they are gone, their answers are released and the budget is free again.
+  for (int wait = 0; wait < 100 && server_->Stats().answer_bytes_in_flight > 0; ++wait) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(server_->Stats().answer_bytes_in_flight, 0u);
+}
+
 TEST_F(HttpBoundsTest, AnIdleConnectionIsClosed) {
   HttpBaseOptions options;
   options.request_timeout = 1 * kNsPerSec;
