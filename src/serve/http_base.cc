@@ -28,7 +28,6 @@ namespace ithbat::serve {
 // What one request carries between libmicrohttpd's calls of the access handler: set on the
 // first call (headers complete), counted while a body arrives, answered on the last.
 struct HttpBase::Exchange {
-  size_t header_bytes = 0;
   size_t body_bytes = 0;
   bool answered = false;  // a response is queued (a refusal may be queued before the body)
 };
