@@ -21,28 +21,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "testutil/testutil.h"
+
 namespace ithbat::net {
 namespace {
 
+using ::ithbat::testing::ResidentKiB;
+using ::ithbat::testing::SendAll;
+
 using ::testing::HasSubstr;
-
-long RssKiB() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
-
-bool SendAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
 
 // Reads one request (headers, and a Content-Length body); returns it, or empty at EOF.
 std::string ReadRequest(int fd) {
@@ -173,12 +160,12 @@ TEST(HttpClient, AnOrdinaryAnswerOnOneKeptConnection) {
 TEST(HttpClient, AHugeHeaderLineIsCutOff) {
   ScriptedPeer peer(Flood("HTTP/1.1 200 OK\r\nX-Huge: ", std::string(64 * 1024, 'a')));
   HttpClient client(Small());
-  const long before = RssKiB();
+  const long before = ResidentKiB();
   auto a = client.Send({.url = peer.Url()});
   ASSERT_FALSE(a.has_value());
   EXPECT_EQ(a.error().code, ErrorCode::kResourceExhausted) << a.error().ToString();
   EXPECT_THAT(a.error().message, HasSubstr("header line")) << a.error().ToString();
-  EXPECT_LT(RssKiB() - before, 32 * 1024);
+  EXPECT_LT(ResidentKiB() - before, 32 * 1024);
 }
 
 TEST(HttpClient, AHundredThousandHeadersAreCutOff) {
@@ -197,11 +184,11 @@ TEST(HttpClient, AnEndlessBodyIsCutOffOrKeptCut) {
   {
     ScriptedPeer peer(Flood("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", chunk));
     HttpClient client(Small());
-    const long before = RssKiB();
+    const long before = ResidentKiB();
     auto a = client.Send({.url = peer.Url()});
     ASSERT_FALSE(a.has_value());
     EXPECT_EQ(a.error().code, ErrorCode::kResourceExhausted);
-    EXPECT_LT(RssKiB() - before, 32 * 1024);
+    EXPECT_LT(ResidentKiB() - before, 32 * 1024);
   }
   {
     ScriptedPeer peer(Flood("HTTP/1.1 202 Accepted\r\nTransfer-Encoding: chunked\r\n\r\n", chunk));

@@ -27,23 +27,19 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "testutil/testutil.h"
+
 namespace ithbat::serve {
 namespace {
+
+using ::ithbat::testing::ResidentKiB;
+using ::ithbat::testing::SendAll;
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 // What an attack may add to the server's resident memory (issue 20 asks for +32 MiB at most).
 constexpr long kRssCeilingKiB = 32 * 1024;
-
-long RssKiB() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
 
 // A blocking client socket with a receive timeout, connected to 127.0.0.1:port.
 int Connect(uint16_t port, int timeout_ms = 5000) {
@@ -67,15 +63,6 @@ int Connect(uint16_t port, int timeout_ms = 5000) {
 void Measured(std::string_view attack, size_t bytes_taken, long rss_delta_kib) {
   std::printf("[ measured ] %.*s: %zu bytes taken, RSS %+ld KiB\n", static_cast<int>(attack.size()), attack.data(),
               bytes_taken, rss_delta_kib);
-}
-
-bool SendAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
 }
 
 // Sends `chunk` again and again, up to `total` bytes, while the server takes it; returns how many
@@ -163,7 +150,7 @@ class HttpBoundsTest : public ::testing::Test {
 
 TEST_F(HttpBoundsTest, AHugeHeaderLineIsRefusedWithinThePool) {
   Start();
-  const long before = RssKiB();
+  const long before = ResidentKiB();
   int fd = Connect(port_);
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(SendAll(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Huge: "));
@@ -173,14 +160,14 @@ TEST_F(HttpBoundsTest, AHugeHeaderLineIsRefusedWithinThePool) {
   size_t sent = SendUntilRefused(fd, chunk, size_t{300} << 20);
   EXPECT_LT(sent, size_t{64} << 20);
   close(fd);
-  Measured("a 300 MiB header line", sent, RssKiB() - before);
-  EXPECT_LT(RssKiB() - before, kRssCeilingKiB);
+  Measured("a 300 MiB header line", sent, ResidentKiB() - before);
+  EXPECT_LT(ResidentKiB() - before, kRssCeilingKiB);
   EXPECT_EQ(Healthz(), 200);
 }
 
 TEST_F(HttpBoundsTest, AHundredThousandHeadersAreRefused) {
   Start();
-  const long before = RssKiB();
+  const long before = ResidentKiB();
   int fd = Connect(port_);
   ASSERT_GE(fd, 0);
   std::string request = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
@@ -191,8 +178,8 @@ TEST_F(HttpBoundsTest, AHundredThousandHeadersAreRefused) {
   close(fd);
   // Refused with 431 (or the connection closed) before the headers ended; never answered 200.
   EXPECT_THAT(answer, ::testing::Not(StartsWith("HTTP/1.1 200"))) << sent;
-  Measured("100,000 headers", sent, RssKiB() - before);
-  EXPECT_LT(RssKiB() - before, kRssCeilingKiB);
+  Measured("100,000 headers", sent, ResidentKiB() - before);
+  EXPECT_LT(ResidentKiB() - before, kRssCeilingKiB);
   EXPECT_EQ(Healthz(), 200);
 }
 
@@ -213,7 +200,7 @@ TEST_F(HttpBoundsTest, HeadersOverTheLimitGetTheJson431) {
 
 TEST_F(HttpBoundsTest, AChunkedBodyIsCountedNeverKept) {
   Start();
-  const long before = RssKiB();
+  const long before = ResidentKiB();
   // A GET with a 200 MiB chunked body (no declared length): cut off once past the limit, the
   // connection closed (the library cannot answer while a body arrives).
   int fd = Connect(port_);
@@ -225,8 +212,8 @@ TEST_F(HttpBoundsTest, AChunkedBodyIsCountedNeverKept) {
   EXPECT_TRUE(ClosedByServer(fd));
   close(fd);
   EXPECT_EQ(server_->Stats().refused_too_large, 1u);
-  Measured("a 200 MiB chunked body", sent, RssKiB() - before);
-  EXPECT_LT(RssKiB() - before, kRssCeilingKiB);
+  Measured("a 200 MiB chunked body", sent, ResidentKiB() - before);
+  EXPECT_LT(ResidentKiB() - before, kRssCeilingKiB);
 
   // A declared body over the limit is refused before it is sent.
   fd = Connect(port_);
@@ -289,7 +276,7 @@ TEST_F(HttpBoundsTest, AThousandSlowConnectionsStarveNobody) {
   HttpBaseOptions options;
   options.threads = 2;
   Start(options);
-  const long before = RssKiB();
+  const long before = ResidentKiB();
   std::vector<int> slow;
   for (int i = 0; i < 1000; ++i) {
     int fd = Connect(port_);
@@ -304,8 +291,8 @@ TEST_F(HttpBoundsTest, AThousandSlowConnectionsStarveNobody) {
   }
   EXPECT_GE(server_->Stats().open_connections, 1000u);
   for (int i = 0; i < 20; ++i) EXPECT_EQ(Healthz(), 200) << i;
-  Measured("1,000 slow connections", slow.size(), RssKiB() - before);
-  EXPECT_LT(RssKiB() - before, kRssCeilingKiB);
+  Measured("1,000 slow connections", slow.size(), ResidentKiB() - before);
+  EXPECT_LT(ResidentKiB() - before, kRssCeilingKiB);
   for (int fd : slow) close(fd);
 }
 

@@ -1,5 +1,7 @@
 #include "testutil/testutil.h"
 
+#include <sys/socket.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
@@ -62,5 +64,23 @@ std::vector<std::string> SharedDataLines(const std::string& relative) {
 }
 
 std::filesystem::path IthbatBinary() { return ITHBAT_BINARY; }
+
+long ResidentKiB() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+bool SendAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
 
 }  // namespace ithbat::testing

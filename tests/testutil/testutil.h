@@ -34,4 +34,11 @@ std::vector<std::string> SharedDataLines(const std::string& relative);
 // The built `ithbat` binary.
 std::filesystem::path IthbatBinary();
 
+// This process's resident memory (VmRSS) in KiB, or -1: the tests that run a server in-process
+// measure what an attack cost it.
+long ResidentKiB();
+// Writes all of `data` to a socket (MSG_NOSIGNAL: a peer that hung up is a false, not a
+// SIGPIPE); false when the peer stops taking it.
+bool SendAll(int fd, std::string_view data);
+
 }  // namespace ithbat::testing
