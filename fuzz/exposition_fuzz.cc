@@ -9,17 +9,9 @@
 
 #include "collect/serving/exposition.h"
 #include "collect/serving/normalise.h"
+#include "require.h"
 
-namespace {
-
-void Require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "invariant broken: %s\n", what);
-    std::abort();
-  }
-}
-
-}  // namespace
+using ithbat::fuzz::Require;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ithbat::collect::serving;

@@ -10,15 +10,9 @@
 #include <vector>
 
 #include "collect/joblog/parsers/parser.h"
+#include "require.h"
 
 namespace ithbat::fuzz {
-
-inline void Require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "invariant broken: %s\n", what);
-    std::abort();
-  }
-}
 
 // Splits the input the way the line assembler delivers it: at '\n'; a segment that ends in
 // '\r' is a progress segment; every third line comes from stderr; each cut to kMaxLineBytes

@@ -8,15 +8,9 @@
 
 #include "scenario/expect/expect.h"
 #include "scenario/scenario.h"
+#include "require.h"
 
-namespace {
-void Require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "invariant broken: %s\n", what);
-    std::abort();
-  }
-}
-}  // namespace
+using ithbat::fuzz::Require;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ithbat::scenario;

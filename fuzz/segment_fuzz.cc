@@ -15,15 +15,11 @@
 
 #include "store/block_codec.h"
 #include "store/disk.h"
+#include "require.h"
 
 namespace {
 
-void Require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "invariant broken: %s\n", what);
-    std::abort();
-  }
-}
+using ithbat::fuzz::Require;
 
 const std::filesystem::path& Dir() {
   static const std::filesystem::path dir = [] {
@@ -35,6 +31,8 @@ const std::filesystem::path& Dir() {
 }
 
 }  // namespace
+
+using ithbat::fuzz::Require;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ithbat::store;

@@ -10,15 +10,11 @@
 #include "core/labels.h"
 #include "core/metric.h"
 #include "store/store.h"
+#include "require.h"
 
 namespace {
 
-void Require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "invariant broken: %s\n", what);
-    std::abort();
-  }
-}
+using ithbat::fuzz::Require;
 
 // A few series of the shapes the agent stores, made once.
 ithbat::store::Store& SmallStore() {
@@ -43,6 +39,8 @@ ithbat::store::Store& SmallStore() {
 }
 
 }  // namespace
+
+using ithbat::fuzz::Require;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
