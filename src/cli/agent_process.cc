@@ -107,8 +107,13 @@ Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const A
     if (auto s = runtime.Add(std::move(*collector)); !s) return s;
   }
   // Inference servers are processes: discovered in the agent's real /proc (the pids it can
-  // reach), never in the --procfs root, which is for node statistics.
-  if (auto s = runtime.Add(collect::ServingCollector::Create(collect::ServingOptions{})); !s) return s;
+  // reach), never in the --procfs root, which is for node statistics. Scraped only when tied to
+  // the workload: a GPU process in their tree (the GPU collector's list) or a job's cgroup.
+  {
+    collect::ServingOptions serving;
+    serving.gpu_processes = &tracked;
+    if (auto s = runtime.Add(collect::ServingCollector::Create(std::move(serving))); !s) return s;
+  }
   if (auto s = runtime.Add(std::make_unique<agent::StoreStatsCollector>(store)); !s) return s;
   // The node-local diagnosis engine over the same store, on its own cadence; last, so its
   // rounds read what the collectors above wrote.

@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "collect/serving/listener.h"
+#include "collect/serving/workload_tie.h"
 #include "core/file_util.h"
 #include "core/metric.h"
 #include "testutil/testutil.h"
@@ -147,6 +148,16 @@ void WriteListener(const TempDir& proc, int pid, int port, bool holds = true) {
                                   proc.path() / std::to_string(pid) / "fd" / "7");
 }
 
+// In the fixture proc tree: pid runs in Slurm job 77's cgroup, which ties it to the workload.
+void WriteJobCgroup(const TempDir& proc, int pid) {
+  proc.WriteFile(fmt::format("{}/cgroup", pid), "0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n");
+}
+
+// In the fixture proc tree: pid's parent is ppid.
+void WriteParent(const TempDir& proc, int pid, int ppid) {
+  proc.WriteFile(fmt::format("{}/status", pid), fmt::format("Name:\tx\nPid:\t{}\nPPid:\t{}\n", pid, ppid));
+}
+
 // A port nothing listens on: bound, then closed.
 int DeadPort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -199,6 +210,7 @@ TEST(ServingCollector, EndToEnd) {
   // scraped and labelled (the lowest pid), and it is scraped because its server holds the port.
   WriteListener(proc, 4242, server.port(), /*holds=*/false);
   WriteListener(proc, 4243, server.port());
+  WriteJobCgroup(proc, 4242);
 
   ServingOptions options;
   options.procfs = proc.path();
@@ -257,6 +269,7 @@ TEST(ServingCollector, OversizedBodyIsReported) {
   TempDir proc;
   proc.WriteFile("7/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(server.port())}));
   WriteListener(proc, 7, server.port());
+  WriteJobCgroup(proc, 7);
   ServingOptions options;
   options.procfs = proc.path();
   options.max_body_bytes = 1024;
@@ -356,6 +369,7 @@ TEST(ServingCollector, ALookAlikeOnAnotherProgramsPortIsNotScraped) {
   TempDir proc;
   proc.WriteFile("8/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(other.port())}));
   WriteListener(proc, 8, other.port(), /*holds=*/false);
+  WriteJobCgroup(proc, 8);
   ServingOptions options;
   options.procfs = proc.path();
   FakeSink sink;
@@ -371,6 +385,118 @@ TEST(ServingCollector, ALookAlikeOnAnotherProgramsPortIsNotScraped) {
   ASSERT_TRUE(collector->Collect(2).has_value());
   EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "8"}}), 1.0);
   EXPECT_EQ(other.requests(), 1);
+}
+
+// A server that answers on its own port but belongs to no job and holds no GPU (anyone's
+// `vllm serve` experiment, or a squatter) is never contacted; it is once one of its descendants
+// is a GPU process (vLLM V1: the EngineCore child, or a Worker_TP grandchild), or once it runs in
+// a job's cgroup.
+TEST(ServingCollector, OnlyServersTiedToTheWorkloadAreScraped) {
+  MetricsServer server;
+  ASSERT_GT(server.port(), 0);
+  server.SetBody(FixtureBody(10, 5));
+  TempDir proc;
+  // 20 is the API server (holds the socket); 21 its EngineCore child, 22 a worker under it; 30
+  // an unrelated GPU process whose parent is 1.
+  proc.WriteFile("20/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(server.port())}));
+  WriteListener(proc, 20, server.port());
+  WriteParent(proc, 20, 1);
+  proc.WriteFile("20/cgroup", "0::/user.slice/user-1000.slice/session-3.scope\n");
+  proc.WriteFile("21/cmdline", Cmdline({"VLLM::EngineCore"}));
+  WriteParent(proc, 21, 20);
+  proc.WriteFile("22/cmdline", Cmdline({"VLLM::Worker_TP1"}));
+  WriteParent(proc, 22, 21);
+  proc.WriteFile("30/cmdline", Cmdline({"python3", "train.py"}));
+  WriteParent(proc, 30, 1);
+
+  agent::TrackedProcesses gpu;
+  gpu.Publish("gpu", {agent::TrackedProcesses::Process{.pid = 30}});
+  ServingOptions options;
+  options.procfs = proc.path();
+  options.gpu_processes = &gpu;
+  FakeSink sink;
+  auto collector = Started(options, sink);
+  ASSERT_NE(collector, nullptr);
+  ASSERT_TRUE(collector->Collect(1).has_value());
+  EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "20"}}), 0.0);
+  EXPECT_EQ(server.requests(), 0);
+  EXPECT_NE(collector->Health().last_error.find("not tied to the node's workload"), std::string::npos)
+      << collector->Health().last_error;
+
+  // Another source's process in the tree is not a GPU process.
+  gpu.Publish("other", {agent::TrackedProcesses::Process{.pid = 22}});
+  ASSERT_TRUE(collector->Collect(2).has_value());
+  EXPECT_EQ(server.requests(), 0);
+
+  // The grandchild holds a GPU: scraped, and the tie is remembered when the GPU list changes.
+  gpu.Publish("gpu", {agent::TrackedProcesses::Process{.pid = 22}, agent::TrackedProcesses::Process{.pid = 30}});
+  ASSERT_TRUE(collector->Collect(3).has_value());
+  EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "20"}}), 1.0);
+  EXPECT_EQ(server.requests(), 1);
+  gpu.Publish("gpu", {});
+  ASSERT_TRUE(collector->Collect(4).has_value());
+  EXPECT_EQ(server.requests(), 2);
+}
+
+TEST(ServingCollector, AJobsCgroupTiesAServerWithoutGpuProcesses) {
+  MetricsServer server;
+  server.SetBody(FixtureBody(10, 5));
+  TempDir proc;
+  proc.WriteFile("40/cmdline", Cmdline({"vllm", "serve", "m", "--port", std::to_string(server.port())}));
+  WriteListener(proc, 40, server.port());
+  proc.WriteFile("40/cgroup", "0::/user.slice\n");
+  ServingOptions options;  // no GPU list at all
+  options.procfs = proc.path();
+  FakeSink sink;
+  auto collector = Started(options, sink);
+  ASSERT_NE(collector, nullptr);
+  ASSERT_TRUE(collector->Collect(1).has_value());
+  EXPECT_EQ(server.requests(), 0);
+  // A Kubernetes pod's cgroup (the systemd driver's form).
+  proc.WriteFile("40/cgroup",
+                 "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f1e2d3c_4b5a_6978_8a9b_"
+                 "0c1d2e3f4a5b.slice/cri-containerd-" + std::string(64, 'a') + ".scope\n");
+  ASSERT_TRUE(collector->Collect(2).has_value());
+  EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "40"}}), 1.0);
+  EXPECT_EQ(server.requests(), 1);
+}
+
+TEST(ServingWorkloadTie, GpuTieWalksAncestorsBoundedly) {
+  TempDir proc;
+  // A chain 100 ← 101 ← … ← 120: the GPU process 120 is 20 levels under 100.
+  WriteParent(proc, 100, 1);
+  for (int pid = 101; pid <= 120; pid++) WriteParent(proc, pid, pid - 1);
+  const std::vector<int32_t> gpu = {120};
+  const std::vector<int32_t> near = {120 - serving::kMaxTreeDepth};
+  const std::vector<int32_t> far = {120 - serving::kMaxTreeDepth - 1};
+  EXPECT_EQ(serving::GpuTie(proc.path(), near, gpu).kind, serving::TieKind::kGpu);
+  EXPECT_EQ(serving::GpuTie(proc.path(), near, gpu).via_pid, 120);
+  EXPECT_EQ(serving::GpuTie(proc.path(), far, gpu).kind, serving::TieKind::kNone);
+  const std::vector<int32_t> self = {120};
+  EXPECT_EQ(serving::GpuTie(proc.path(), self, gpu).kind, serving::TieKind::kGpu);
+  // A loop in a hostile or racing tree ends the walk.
+  WriteParent(proc, 200, 201);
+  WriteParent(proc, 201, 200);
+  const std::vector<int32_t> loop = {200};
+  EXPECT_EQ(serving::GpuTie(proc.path(), std::vector<int32_t>{5}, loop).kind, serving::TieKind::kNone);
+  // A GPU process that is gone is skipped.
+  EXPECT_EQ(serving::GpuTie(proc.path(), self, std::vector<int32_t>{999}).kind, serving::TieKind::kNone);
+}
+
+TEST(ServingWorkloadTie, OnlyACgroupNamesAJob) {
+  TempDir proc;
+  proc.WriteFile("50/cgroup", "0::/user.slice/user-1000.slice/session-1.scope\n");
+  // SLURM_JOB_ID in the environment: anyone can set it, so it is never read here.
+  proc.WriteFile("50/environ", std::string("SLURM_JOB_ID=12\0", 16));
+  auto none = serving::JobTie(proc.path(), std::vector<int32_t>{50, 51});
+  ASSERT_TRUE(none.has_value()) << none.error().ToString();
+  EXPECT_EQ(none->kind, serving::TieKind::kNone);
+  proc.WriteFile("51/cgroup", "12:pids:/slurm/uid_1000/job_4242/step_0/task_1\n");
+  auto slurm = serving::JobTie(proc.path(), std::vector<int32_t>{50, 51});
+  ASSERT_TRUE(slurm.has_value());
+  EXPECT_EQ(slurm->kind, serving::TieKind::kJob);
+  EXPECT_EQ(slurm->via_pid, 51);
+  EXPECT_NE(slurm->what.find("4242"), std::string::npos) << slurm->what;
 }
 
 TEST(ServingListener, FindsThisProcesssOwnListeningSocket) {

@@ -15,8 +15,17 @@ here=$(cd "$(dirname "$0")" && pwd)
 attacks="$here/attacks/http_attacks.py"
 ulimit -n 65536 2>/dev/null || ulimit -n 8192
 
+# The agent runs on a fake node (fake NVML, state file): part 2 lists a process on its GPU.
+build=$(cd "$(dirname "$ITHBAT")" && pwd)
+ctl="$build/sim/ithbat-fake-state"
+fake="$build/sim/lib/libnvidia-ml.so.1"
+[[ -x $ctl ]] || fail "ithbat-fake-state not found at $ctl (build the ithbat_fake_state_ctl target)"
+[[ -f $fake ]] || fail "the fake NVML not found at $fake (build the ithbat_fake_nvml target)"
+state="$WORK/node.state"
+"$ctl" create "$state" --gpus 2 --model h100 --seed attacks || fail "cannot create the fake node"
+
 # 1. The agent under attack.
-start_agent agent --interval 1s
+ITHBAT_FAKE_STATE=$state start_agent agent --interval 1s --nvml-library "$fake"
 python3 "$attacks" agent "$AGENT_URL" "$AGENT_PID" | tee "$WORK/agent-attacks.txt" || fail "an attack on the agent failed"
 
 # 2. A hostile inference server the agent finds by its command line (python -m
@@ -27,7 +36,23 @@ cp "$here/attacks/hostile_server.py" "$WORK/fake/vllm/entrypoints/openai/api_ser
 serve_port=$(free_port)
 PYTHONPATH="$WORK/fake" python3 -m vllm.entrypoints.openai.api_server --port "$serve_port" --mode metrics \
   >"$WORK/hostile-server.log" 2>&1 &
-STARTED_PIDS+=("$!")
+serve_pid=$!
+STARTED_PIDS+=("$serve_pid")
+# It holds no GPU and runs in no job's cgroup: the agent must not even connect to it.
+serving_error() {
+  "${CURL[@]}" "$AGENT_URL/healthz" | python3 -c '
+import json, sys
+for c in json.load(sys.stdin)["collectors"]:
+    if c["name"] == "serving": print(c.get("last_error", ""))'
+}
+untied_refused() { serving_error | grep -q "not tied to the node's workload"; }
+wait_until 30 "the agent refused an inference server tied to no GPU or job" untied_refused
+sleep 3  # three more ticks
+accepted=$(grep -c "accepted a connection" "$WORK/hostile-server.log" || true)
+((accepted == 0)) || fail "the agent connected $accepted times to a server tied to no GPU or job"
+echo "PASS agent untied-inference-server: not contacted ($(serving_error | head -c 120)...)"
+# Once the server is a GPU process (as vLLM V0 or a naive server is), the agent scrapes it.
+"$ctl" add-process "$state" --gpu 0 --pid "$serve_pid" --memory 1073741824 || fail "cannot list the server on GPU 0"
 # peak_rss PID FILE: samples PID's resident memory every 0.1 s, keeping the highest in FILE.
 peak_rss() {
   local pid=$1 file=$2 peak=0 now

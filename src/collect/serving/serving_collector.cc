@@ -12,6 +12,8 @@
 #include <fmt/core.h>
 
 #include "collect/serving/listener.h"
+#include "collect/serving/workload_tie.h"
+#include "agent/logging.h"
 #include "core/labels.h"
 #include "net/http_client.h"
 
@@ -119,12 +121,15 @@ Status ServingCollector::Discover() {
   if (rescan) {
     servers_.clear();
     listeners_.clear();
+    tied_.clear();
   }
   // Forget pids that exited.
   auto listed = [&](int32_t pid) { return std::binary_search(pids->begin(), pids->end(), pid); };
   std::erase_if(servers_, [&](const auto& entry) { return !listed(entry.first); });
   std::erase_if(young_pids_, [&](const auto& entry) { return !listed(entry.first); });
   std::erase_if(listeners_, [&](const auto& entry) { return !listed(entry.first); });
+  std::erase_if(tied_, [&](int32_t pid) { return !listed(pid); });
+  std::erase_if(tie_logged_, [&](int32_t pid) { return !listed(pid); });
   // Read the cmdline of new pids, of young ones (maybe not exec'd yet when first read), and of
   // every pid on a rescan.
   for (int32_t pid : *pids) {
@@ -144,15 +149,45 @@ Status ServingCollector::Discover() {
   return Ok();
 }
 
-Result<bool> ServingCollector::ListenerVerified(const ServerInfo& server) {
+std::vector<int32_t> ServingCollector::ServerPids(const ServerInfo& server) const {
   // The pid kept by DedupeServers first; a server has a handful of processes, and a local user
-  // who starts many look-alikes does not make this loop long.
+  // who starts many look-alikes does not make the checks long.
   constexpr size_t kMaxPidsChecked = 16;
   std::vector<int32_t> pids = {server.pid};
   for (const auto& [pid, info] : servers_) {
     if (pids.size() >= kMaxPidsChecked) break;
     if (pid != server.pid && info.engine == server.engine && info.port == server.port) pids.push_back(pid);
   }
+  return pids;
+}
+
+Result<bool> ServingCollector::TiedToWorkload(const ServerInfo& server) {
+  if (tied_.contains(server.pid)) return true;
+  if (options_.gpu_processes != nullptr && options_.gpu_processes->generation() != gpu_generation_) {
+    gpu_generation_ = options_.gpu_processes->generation();
+    gpu_pids_.clear();
+    for (const auto& p : options_.gpu_processes->Snapshot()) {
+      if (p.source == "gpu") gpu_pids_.push_back(p.pid);
+    }
+  }
+  const std::vector<int32_t> pids = ServerPids(server);
+  serving::WorkloadTie tie = serving::GpuTie(options_.procfs, pids, gpu_pids_);
+  if (tie.kind == serving::TieKind::kNone) {
+    auto job = serving::JobTie(options_.procfs, pids);
+    if (!job) return std::unexpected(job.error());
+    tie = std::move(*job);
+  }
+  if (tie.kind == serving::TieKind::kNone) return false;
+  // Said once per server process; the tie itself is checked again after each rescan.
+  if (tie_logged_.insert(server.pid).second) {
+    agent::GetLogger("serving")->info("{}: tied to the workload by {}; scraped", ServerName(server), tie.what);
+  }
+  tied_.insert(server.pid);
+  return true;
+}
+
+Result<bool> ServingCollector::ListenerVerified(const ServerInfo& server) {
+  const std::vector<int32_t> pids = ServerPids(server);
   for (int32_t pid : pids) {
     if (listeners_.contains({pid, server.port})) return true;
   }
@@ -196,8 +231,16 @@ Status ServingCollector::CollectImpl(TimeNs tick_time) {
   std::vector<char> verified(servers.size(), 0);
   for (size_t i = 0; i < servers.size(); i++) {
     auto listening = ListenerVerified(servers[i]);
-    if (listening && *listening) {
+    auto tied = listening && *listening ? TiedToWorkload(servers[i]) : Result<bool>(false);
+    if (listening && *listening && tied && *tied) {
       verified[i] = 1;
+    } else if (listening && *listening && tied) {
+      bodies[i] = MakeError(ErrorCode::kPermission,
+                            "not tied to the node's workload: none of its processes or their descendants is a "
+                            "GPU process, and its cgroup names no Slurm job or Kubernetes pod: not scraped");
+    } else if (listening && *listening) {
+      bodies[i] = MakeErrorF(tied.error().code, "cannot tell whether it belongs to a job ({}): not scraped",
+                             tied.error().message);
     } else if (listening) {
       bodies[i] = MakeErrorF(ErrorCode::kPermission,
                              "none of its processes holds the socket listening on port {}: not scraped (the "

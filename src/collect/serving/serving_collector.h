@@ -22,7 +22,10 @@
 // holds a socket listening on its port in the agent's network namespace (listener.h): a
 // process anyone can name `vllm serve --port P` must not send a root agent to another program's
 // port P. Otherwise the server is reported (kPermission) and ithbat_serving_up is 0. The
-// sockets are the kernel's (netlink), the descriptors are read under procfs.
+// sockets are the kernel's (netlink), the descriptors are read under procfs. And it is scraped
+// only when it belongs to the node's workload (workload_tie.h): one of its processes or their
+// descendants is a GPU process (ServingOptions::gpu_processes, NVML's list), or its cgroup names
+// a Slurm job or a Kubernetes pod. An untied server is reported (kPermission) and not contacted.
 //
 // Roots: ServingOptions::procfs (default /proc) must be the /proc of the pid namespace the
 // servers live in, and host (default 127.0.0.1) must reach their ports: run the agent in the
@@ -50,6 +53,7 @@
 #include <vector>
 
 #include "agent/collector.h"
+#include "agent/tracked_processes.h"
 #include "collect/serving/discovery.h"
 #include "collect/serving/exposition.h"
 #include "collect/serving/normalise.h"
@@ -73,6 +77,10 @@ struct ServingOptions {
   size_t max_concurrent_scrapes = 4;
   size_t max_series = 4096;
   serving::ExpositionLimits limits;
+  // The node's GPU processes: the GPU collector publishes NVML's process lists here (source
+  // "gpu"). nullptr = none known: only a job's cgroup ties a server to the workload. Must
+  // outlive the collector.
+  const agent::TrackedProcesses* gpu_processes = nullptr;
 };
 
 // GET http://host:port/metrics, bounded as described above. Errors: kUnavailable (connection
@@ -110,6 +118,11 @@ class ServingCollector final : public agent::Collector {
   // vLLM API server's workers share its command line) holds the socket listening on its port
   // (listener.h). Only a positive answer is cached, until the next rescan or the pid's exit.
   Result<bool> ListenerVerified(const serving::ServerInfo& server);
+  // The processes of a server: its pid first, then others with its engine and port (at most 16).
+  std::vector<int32_t> ServerPids(const serving::ServerInfo& server) const;
+  // Whether the server belongs to the node's workload (workload_tie.h). Only a positive answer
+  // is cached, until the next rescan or the pid's exit.
+  Result<bool> TiedToWorkload(const serving::ServerInfo& server);
   void Emit(const MetricDesc& desc, const serving::ServerInfo& server, std::string_view engine_index,
             std::string_view model, TimeNs t, double value);
   void EmitServer(const serving::ServerInfo& server, bool up, TimeNs t);
@@ -123,6 +136,10 @@ class ServingCollector final : public agent::Collector {
   std::map<int32_t, uint32_t> young_pids_;               // non-server pid → cmdline reads still due
   std::map<int32_t, serving::ServerInfo> servers_;       // the servers among them
   std::set<std::pair<int32_t, uint16_t>> listeners_;     // (pid, port) seen holding the port's listening socket
+  std::set<int32_t> tied_;                               // server pids found tied to the workload
+  std::set<int32_t> tie_logged_;                         // server pids whose tie was logged
+  uint64_t gpu_generation_ = 0;                          // of gpu_processes when gpu_pids_ was taken
+  std::vector<int32_t> gpu_pids_;                        // the GPU processes, sorted
   // What is kept per server (engine, port, pid), dropped when the server is gone so that
   // restarts (new pids) do not pile up state.
   struct ServerState {
