@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
+#include "core/file_util.h"
 #include "core/version.h"
 #include "detect/inference/efficiency.h"
 #include "detect/jobs.h"
@@ -245,7 +246,43 @@ Result<int64_t> ParseI64(const std::string& text, std::string_view what) {
     if (used == text.size()) return static_cast<int64_t>(v);
   } catch (const std::exception&) {
   }
-  return MakeErrorF(ErrorCode::kInvalidArgument, "meta {}: not an integer: '{}'", what, text);
+  return MakeErrorF(ErrorCode::kInvalidArgument, "meta {}: not an integer: '{}'", what, QuoteForError(text));
+}
+
+// Times a bundle may hold: what ParseTimestamp accepts as Unix seconds (±9·10⁹ s, years
+// 1685-2255), so that a window's arithmetic (to − from, from − a lookback) cannot overflow.
+constexpr TimeNs kMaxAbsBundleTime = 9'000'000'000LL * kNsPerSec;
+// A job spans at most this many nodes (the largest training runs published use a few thousand
+// 8-GPU nodes); each gets a store when read, so a forged list must not make a million.
+constexpr size_t kMaxBundleNodes = 16'384;
+
+// The meta rows a reader relies on, checked before any row is read.
+Status CheckMeta(const BundleMeta& m) {
+  if (m.job.empty()) return MakeError(ErrorCode::kInvalidArgument, "meta job: empty");
+  for (auto [what, t] : {std::pair{"from_unix_ns", m.from}, std::pair{"to_unix_ns", m.to},
+                         std::pair{"created_unix_ns", m.created}}) {
+    if (t < -kMaxAbsBundleTime || t > kMaxAbsBundleTime) {
+      return MakeErrorF(ErrorCode::kInvalidArgument, "meta {}: {} is outside years 1685-2255", what, t);
+    }
+  }
+  if (m.from > m.to) return MakeError(ErrorCode::kInvalidArgument, "meta: the window starts after it ends");
+  if (!std::isfinite(m.list_price_per_gpu_hour) || m.list_price_per_gpu_hour < 0) {
+    return MakeError(ErrorCode::kInvalidArgument, "meta list_price_per_gpu_hour: not a price (negative or not finite)");
+  }
+  if (m.nodes.size() > kMaxBundleNodes) {
+    return MakeErrorF(ErrorCode::kInvalidArgument, "meta nodes: {} nodes, more than the reader's limit of {}",
+                      m.nodes.size(), kMaxBundleNodes);
+  }
+  std::set<std::string_view> seen;
+  for (const std::string& node : m.nodes) {
+    if (node.empty() || node.size() > 253) {
+      return MakeErrorF(ErrorCode::kInvalidArgument, "meta nodes: {} is not a node name", QuoteForError(node));
+    }
+    if (!seen.insert(node).second) {
+      return MakeErrorF(ErrorCode::kInvalidArgument, "meta nodes: {} twice", QuoteForError(node));
+    }
+  }
+  return {};
 }
 
 Result<int64_t> CountRows(sqlite3* db, const char* table) {
@@ -389,7 +426,7 @@ Result<Bundle> ReadBundle(const std::string& path) {
       meta[Column(q->get(), 0)] = Column(q->get(), 1);
     if (meta["format"] != kBundleFormat) {
       return err(MakeErrorF(ErrorCode::kInvalidArgument, "format '{}' is not {} (a newer or a foreign file)",
-                            meta["format"], kBundleFormat));
+                            QuoteForError(meta["format"]), kBundleFormat));
     }
     b.meta.format = meta["format"];
     b.meta.job = meta["job"];
@@ -408,8 +445,9 @@ Result<Bundle> ReadBundle(const std::string& path) {
       b.meta.nodes = nlohmann::json::parse(meta["nodes"]).get<std::vector<std::string>>();
       b.meta.list_price_per_gpu_hour = std::stod(meta["list_price_per_gpu_hour"]);
     } catch (const std::exception& e) {
-      return err(MakeErrorF(ErrorCode::kInvalidArgument, "meta nodes/list price: {}", e.what()));
+      return err(MakeErrorF(ErrorCode::kInvalidArgument, "meta nodes/list price: {}", QuoteForError(e.what(), 240)));
     }
+    if (auto st = CheckMeta(b.meta); !st) return err(st.error());
   }
   const std::pair<const char*, int64_t> limits[] = {{"series", kMaxSeries},
                                                     {"samples", kMaxSamples},
@@ -454,7 +492,8 @@ Result<Bundle> ReadBundle(const std::string& path) {
       d.name = Column(q->get(), 1);
       const std::string type = Column(q->get(), 2);
       if (type != "gauge" && type != "counter") {
-        return err(MakeErrorF(ErrorCode::kInvalidArgument, "metrics {}: unknown type '{}'", d.name, type));
+        return err(MakeErrorF(ErrorCode::kInvalidArgument, "metrics {}: unknown type '{}'", QuoteForError(d.name),
+                              QuoteForError(type)));
       }
       d.type = type == "counter" ? MetricType::kCounter : MetricType::kGauge;
       d.unit = Column(q->get(), 3);
@@ -489,7 +528,7 @@ Result<Bundle> ReadBundle(const std::string& path) {
           for (const auto& item : labels.items())
             pairs.emplace_back(item.key(), item.value().get<std::string>());
         } catch (const std::exception& e) {
-          return err(MakeErrorF(ErrorCode::kInvalidArgument, "series {}: labels: {}", id, e.what()));
+          return err(MakeErrorF(ErrorCode::kInvalidArgument, "series {}: labels: {}", id, QuoteForError(e.what(), 240)));
         }
         auto labels = LabelSet::From(pairs);
         if (!labels)
@@ -521,7 +560,7 @@ Result<Bundle> ReadBundle(const std::string& path) {
       const auto kind = ParseEventKind(Column(s, 2));
       if (!kind)
         return err(
-            MakeErrorF(ErrorCode::kInvalidArgument, "events row {}: unknown kind '{}'", row, Column(s, 2)));
+            MakeErrorF(ErrorCode::kInvalidArgument, "events row {}: unknown kind '{}'", row, QuoteForError(Column(s, 2))));
       e.kind = *kind;
       e.source = Column(s, 3);
       e.identity.cluster = Column(s, 4);
@@ -541,7 +580,7 @@ Result<Bundle> ReadBundle(const std::string& path) {
           e.attrs.emplace_back(pair.at(0).get<std::string>(), pair.at(1).get<std::string>());
         }
       } catch (const std::exception& ex) {
-        return err(MakeErrorF(ErrorCode::kInvalidArgument, "events row {}: attrs: {}", row, ex.what()));
+        return err(MakeErrorF(ErrorCode::kInvalidArgument, "events row {}: attrs: {}", row, QuoteForError(ex.what(), 240)));
       }
       if (auto a = (*st)->AppendEvent(std::move(e)); !a) {
         return err(MakeErrorF(a.error().code, "events row {}: {}", row, a.error().message));
@@ -559,7 +598,7 @@ Result<Bundle> ReadBundle(const std::string& path) {
       if (!st) return err(st.error());
       StepSpan span{sqlite3_column_int64(s, 3), sqlite3_column_int64(s, 4), sqlite3_column_int64(s, 5)};
       if (auto a = (*st)->RecordStep(Column(s, 1), sqlite3_column_int(s, 2), span); !a) {
-        return err(MakeErrorF(a.error().code, "steps {}/{} step {}: {}", Column(s, 1),
+        return err(MakeErrorF(a.error().code, "steps {}/{} step {}: {}", QuoteForError(Column(s, 1)),
                               sqlite3_column_int(s, 2), span.step, a.error().message));
       }
     }
@@ -572,10 +611,12 @@ Result<Bundle> ReadBundle(const std::string& path) {
       try {
         auto d = investigate::DiagnosisFromJson(nlohmann::json::parse(Column(q->get(), 1)));
         if (!d)
-          return err(MakeErrorF(ErrorCode::kInvalidArgument, "diagnosis {}: {}", id, d.error().message));
+          return err(MakeErrorF(ErrorCode::kInvalidArgument, "diagnosis {}: {}", QuoteForError(id),
+                                d.error().message));
         b.diagnoses.push_back(std::move(*d));
       } catch (const std::exception& e) {
-        return err(MakeErrorF(ErrorCode::kInvalidArgument, "diagnosis {}: {}", id, e.what()));
+        return err(MakeErrorF(ErrorCode::kInvalidArgument, "diagnosis {}: {}", QuoteForError(id),
+                              QuoteForError(e.what(), 240)));
       }
     }
   }

@@ -13,7 +13,6 @@
 namespace ithbat {
 namespace {
 
-constexpr size_t kMaxQuotedBytes = 64;
 // Bytes asked of each read(): a /proc file is produced a page at a time anyway.
 constexpr size_t kReadChunk = 16 * 1024;
 
@@ -89,9 +88,9 @@ Result<std::string> ReadFileBounded(const std::filesystem::path& path, size_t ma
   return out;
 }
 
-std::string QuoteForError(std::string_view text) {
-  const bool cut = text.size() > kMaxQuotedBytes;
-  if (cut) text = text.substr(0, kMaxQuotedBytes);
+std::string QuoteForError(std::string_view text, size_t max_bytes) {
+  const bool cut = text.size() > max_bytes;
+  if (cut) text = text.substr(0, max_bytes);
   std::string out;
   out.reserve(text.size() + 8);
   for (char ch : text) {

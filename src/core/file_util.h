@@ -57,7 +57,9 @@ Status ReadFileBoundedInto(const std::filesystem::path& path, size_t max_bytes, 
 
 // Text for an error message: at most 64 bytes of `text` (then "..."), with bytes outside
 // printable ASCII written as \xNN so that garbage from a file cannot break a log line or JSON.
-std::string QuoteForError(std::string_view text);
+// The same cut at max_bytes (an exception's text, which may quote what it failed on).
+std::string QuoteForError(std::string_view text, size_t max_bytes);
+inline std::string QuoteForError(std::string_view text) { return QuoteForError(text, 64); }
 
 // Lines of a text, without the '\n' (a final line without '\n' is a line; a trailing '\n' does
 // not make an empty last line). Views point into the text; nothing is allocated.

@@ -41,10 +41,7 @@ std::string Cut(std::string_view text, size_t n = kMaxQuotedError) {
 // A query's parameters in the order sent.
 using Params = std::vector<std::pair<std::string, std::string>>;
 
-struct HttpAnswer {
-  int status = 0;
-  std::string body;
-};
+using HttpAnswer = AgentAnswer;
 
 // The message of the agent's JSON error body, or the start of whatever it sent.
 std::string ErrorMessage(const HttpAnswer& a) {
@@ -357,9 +354,14 @@ struct AgentClient::Impl {
                         Address(), options.max_requests_per_pull);
     }
     if (pull_stats) ++pull_stats->requests;
+    const std::string target = params.empty() ? path : path + "?" + net::QueryString(params);
+    if (options.transport) {
+      auto r = options.transport(target);
+      if (!r) return MakeErrorF(ErrorCode::kUnavailable, "cannot reach the agent at {}: {}", Address(), r.error().message);
+      return std::move(*r);
+    }
     net::HttpCall call;
-    call.url = net::HttpOrigin(options.host, options.port) + path;
-    if (!params.empty()) call.url += "?" + net::QueryString(params);
+    call.url = net::HttpOrigin(options.host, options.port) + target;
     if (!options.bearer_token.empty()) call.headers.emplace_back("Authorization", "Bearer " + options.bearer_token);
     auto r = client.Send(call);
     if (!r) {

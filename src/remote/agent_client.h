@@ -14,6 +14,7 @@
 // clients, and pulls into different stores, may run in parallel.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,12 @@
 #include "store/store.h"
 
 namespace ithbat::remote {
+
+// One answer of an agent: its HTTP status and body.
+struct AgentAnswer {
+  int status = 0;
+  std::string body;
+};
 
 struct AgentClientOptions {
   std::string host = "127.0.0.1";
@@ -36,6 +43,11 @@ struct AgentClientOptions {
   // A window is not split below this (a 422 or an oversized answer for a window this short
   // fails the metric rather than recursing).
   TimeNs min_split_window = kNsPerSec;
+  // Replaces the network when set: given the request's path and query ("/api/v1/series?..."),
+  // returns the agent's answer or a transport error. For the answer-parsing fuzzer
+  // (fuzz/agent_client_fuzz.cc), which must not pay a socket per answer; the bounds on headers,
+  // body size and time are then the caller's.
+  std::function<Result<AgentAnswer>(const std::string& target)> transport;
 };
 
 // What one PullInto copied (and what it could not).

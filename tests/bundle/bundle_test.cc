@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
@@ -250,6 +251,38 @@ TEST(Bundle, ABrokenRowIsNamed) {
   auto b = ReadBundle(labels);
   ASSERT_FALSE(b.has_value());
   EXPECT_NE(b.error().message.find("series 1: labels"), std::string::npos) << b.error().message;
+}
+
+// Meta rows no writer of ours makes (found by fuzz/bundle_fuzz.cc): refused with the row named,
+// before any store is made for them.
+TEST(Bundle, ForgedMetaIsRefused) {
+  ithbat::testing::TempDir dir;
+  const std::string nodes_10k = [] {
+    std::string list = "[";
+    for (int i = 0; i < 20'000; ++i) list += fmt::format("{}\"n{}\"", i ? "," : "", i);
+    return list + "]";
+  }();
+  const std::pair<std::string, std::string> forged[] = {
+      {"UPDATE meta SET value = '9000000000000000000' WHERE key = 'from_unix_ns';", "window starts after it ends"},
+      {"UPDATE meta SET value = '-9223372036854775808' WHERE key = 'to_unix_ns';", "outside years"},
+      {"UPDATE meta SET value = 'nan' WHERE key = 'list_price_per_gpu_hour';", "not a price"},
+      {"UPDATE meta SET value = '-3' WHERE key = 'list_price_per_gpu_hour';", "not a price"},
+      {"UPDATE meta SET value = '[\"n1\",\"n1\"]' WHERE key = 'nodes';", "twice"},
+      {"UPDATE meta SET value = '[\"\"]' WHERE key = 'nodes';", "not a node name"},
+      {"UPDATE meta SET value = '" + nodes_10k + "' WHERE key = 'nodes';", "more than the reader's limit"},
+      {"UPDATE meta SET value = '' WHERE key = 'job';", "meta job"},
+      {"UPDATE meta SET value = '" + std::string(100'000, 'v') + "' WHERE key = 'format';", "is not ithbat.bundle"},
+  };
+  int i = 0;
+  for (const auto& [sql, why] : forged) {
+    const std::string path = (dir.path() / fmt::format("forged-{}.ithbat", i++)).string();
+    ASSERT_TRUE(WriteBundle(Fleet(), RecordOptions{"77"}, path).has_value());
+    Sql(path, sql.c_str());
+    auto b = ReadBundle(path);
+    ASSERT_FALSE(b.has_value()) << sql.substr(0, 80);
+    EXPECT_NE(b.error().message.find(why), std::string::npos) << b.error().message;
+    EXPECT_LT(b.error().message.size(), 1024u) << "a forged value is quoted, not copied whole";
+  }
 }
 
 }  // namespace
