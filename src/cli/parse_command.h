@@ -4,6 +4,8 @@
 // removal, then the per-stream parsers with auto-detection) over files or stdin and prints one
 // JSON line per event. It is how a user checks what Ithbat will see in their logs and tries a
 // pattern set before deploying it. The JSON fields are documented in docs/joblog.md.
+// `--format kmsg` reads kernel-log lines instead (dmesg, journalctl -k, /dev/kmsg records) as the
+// kmsg collector does and prints its xid events: how a user checks an Xid offline.
 #include <cstdio>
 #include <string>
 #include <vector>

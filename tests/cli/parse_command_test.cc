@@ -2,6 +2,7 @@
 #include "cli/parse_command.h"
 
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,49 @@ TEST(ParseCommandTest, NanoGptLogGivesStepsAndLossesWithLineNumbers) {
   EXPECT_EQ((*loss)["line"], 3);
   EXPECT_EQ((*loss)["framework"], "nanogpt");
   EXPECT_EQ((*loss)["file"], options.files[0]);
+}
+
+// Kernel logs offline (issue 21): the real excerpts in ../shared/data/xid, read by a person
+// first. The legacy message has no Xid number; the driver printed it twice.
+TEST(ParseCommandTest, KernelLogGivesTheXidEventsTheAgentStores) {
+  auto dir = testing::SharedDataDir();
+  ASSERT_TRUE(dir.has_value()) << "../shared/data is absent";
+  ParseCommandOptions options;
+  options.format = "kmsg";
+  options.files = {(*dir / "xid/bumblebee-issue554-fallen-off-bus-legacy.txt").string(),
+                   (*dir / "xid/gpud-kmsg-test-xid-149-154-79-14.txt").string()};
+  Output o = RunParse(options);
+  ASSERT_EQ(o.rc, 0) << o.err;
+  int legacy = 0, xid79 = 0;
+  std::set<int> codes;
+  for (const auto& e : o.events) {
+    EXPECT_EQ(e["kind"], "xid");
+    EXPECT_EQ(e["framework"], "kmsg");
+    const int code = static_cast<int>(e["value"].get<double>());
+    codes.insert(code);
+    if (e["file"] == options.files[0]) {
+      EXPECT_EQ(code, 79);
+      EXPECT_EQ(e["attrs"]["legacy"], "1");
+      EXPECT_EQ(e["attrs"]["pci"], "00000000:01:00.0");
+      EXPECT_EQ(e["name"], "hardware");
+      ++legacy;
+    } else if (code == 79) {
+      EXPECT_EQ(e["attrs"]["fallen_off_bus"], "1");
+      ++xid79;
+    }
+  }
+  EXPECT_EQ(legacy, 2) << "two legacy lines, four os_pci_init_handle lines that are not Xids";
+  EXPECT_EQ(xid79, 2);
+  EXPECT_TRUE(codes.contains(149) && codes.contains(154) && codes.contains(14)) << o.events.size();
+}
+
+TEST(ParseCommandTest, KernelLogTakesNoJobOutputOptions) {
+  ParseCommandOptions options;
+  options.format = "kmsg";
+  options.command_line = "torchrun train.py";
+  Output o = RunParse(options);
+  EXPECT_EQ(o.rc, 2);
+  EXPECT_THAT(o.err, HasSubstr("--format kmsg"));
 }
 
 TEST(ParseCommandTest, NanLossIsWrittenAsAString) {

@@ -270,32 +270,13 @@ void KmsgCollector::HandleLine(std::string_view line, TimeNs tick_time, bool dev
   xid_events_++;
   const XidOwner owner = OwnerOf(*rec);
 
-  Event ev;
+  Event ev = XidEvent(*rec);
   // Records from the device carry the kernel's own time; a file's lines may come from another
   // boot, so they are dated when read.
   ev.time = device && rec->kernel_time_us ? KernelTimeToRealtime(*rec->kernel_time_us) : tick_time;
-  ev.kind = EventKind::kXid;
-  ev.source = "kmsg";
-  ev.value = static_cast<double>(rec->code);
-  ev.name = std::string(XidOwnerName(owner));
-  ev.text = rec->message;
-  if (!rec->pci.empty()) {
-    ev.attrs.emplace_back("pci", rec->pci);
-    if (options_.resolver) {
-      const int32_t gpu = options_.resolver(rec->pci);
-      if (gpu >= 0) ev.identity.gpu_index = gpu;
-    }
-  }
-  if (rec->pid >= 0) {
-    ev.identity.pid = rec->pid;
-    ev.attrs.emplace_back("pid", std::to_string(rec->pid));
-  }
-  if (!rec->process.empty()) ev.attrs.emplace_back("process", rec->process);
-  if (rec->sxid) ev.attrs.emplace_back("sxid", "1");
-  if (rec->fallen_off_bus) ev.attrs.emplace_back("fallen_off_bus", "1");
-  if (rec->legacy) ev.attrs.emplace_back("legacy", "1");
-  if (const XidInfo* info = LookupXid(rec->code); info != nullptr && !rec->sxid) {
-    ev.attrs.emplace_back("mnemonic", std::string(info->mnemonic));
+  if (!rec->pci.empty() && options_.resolver) {
+    const int32_t gpu = options_.resolver(rec->pci);
+    if (gpu >= 0) ev.identity.gpu_index = gpu;
   }
   if (Status s = sink_->AppendEvent(std::move(ev)); !s) ReportError(s.error());
 

@@ -287,4 +287,26 @@ XidOwner OwnerOf(const XidRecord& record) {
   return info ? info->owner : XidOwner::kUnknown;
 }
 
+Event XidEvent(const XidRecord& rec) {
+  Event ev;
+  ev.kind = EventKind::kXid;
+  ev.source = "kmsg";
+  ev.value = static_cast<double>(rec.code);
+  ev.name = std::string(XidOwnerName(OwnerOf(rec)));
+  ev.text = rec.message;
+  if (!rec.pci.empty()) ev.attrs.emplace_back("pci", rec.pci);
+  if (rec.pid >= 0) {
+    ev.identity.pid = rec.pid;
+    ev.attrs.emplace_back("pid", std::to_string(rec.pid));
+  }
+  if (!rec.process.empty()) ev.attrs.emplace_back("process", rec.process);
+  if (rec.sxid) ev.attrs.emplace_back("sxid", "1");
+  if (rec.fallen_off_bus) ev.attrs.emplace_back("fallen_off_bus", "1");
+  if (rec.legacy) ev.attrs.emplace_back("legacy", "1");
+  if (const XidInfo* info = LookupXid(rec.code); info != nullptr && !rec.sxid) {
+    ev.attrs.emplace_back("mnemonic", std::string(info->mnemonic));
+  }
+  return ev;
+}
+
 }  // namespace ithbat::collect

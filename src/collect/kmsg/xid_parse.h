@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/event.h"
+
 namespace ithbat::collect {
 
 struct XidRecord {
@@ -58,5 +60,11 @@ std::span<const XidInfo> XidTable();
 // The owner of a record: the table for Xids; SXids are NVSwitch fabric errors and are not
 // classified here (unknown).
 XidOwner OwnerOf(const XidRecord& record);
+
+// The event a record becomes (kind xid, value the code, name its owner, text the driver's
+// message, attrs pci/pid/process/sxid/fallen_off_bus/legacy/mnemonic), as the kmsg collector
+// stores it and `ithbat parse --format kmsg` prints it. Time and GPU index are the caller's:
+// they need the boot clock and the node's PCI → GPU map.
+Event XidEvent(const XidRecord& record);
 
 }  // namespace ithbat::collect
