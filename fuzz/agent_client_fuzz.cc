@@ -27,7 +27,8 @@ std::vector<AgentAnswer> SplitAnswers(std::string_view in) {
   while (at != std::string_view::npos && out.size() < 4096) {
     const size_t head = at + 2;
     size_t next = in.find("\n@@", head);
-    std::string_view chunk = in.substr(head, next == std::string_view::npos ? std::string_view::npos : next - head);
+    std::string_view chunk =
+        in.substr(head, next == std::string_view::npos ? std::string_view::npos : next - head);
     AgentAnswer a;
     a.status = 200;
     if (chunk.size() >= 3 && chunk[0] >= '1' && chunk[0] <= '5' && chunk[1] >= '0' && chunk[1] <= '9' &&
@@ -44,13 +45,16 @@ std::vector<AgentAnswer> SplitAnswers(std::string_view in) {
 }
 
 // What a hub does with an error: log it. One must stay a line, whatever the agent sent.
-void RequireShort(const std::string& message) { Require(message.size() <= 4096, "an error message stays short"); }
+void RequireShort(const std::string& message) {
+  Require(message.size() <= 4096, "an error message stays short");
+}
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ithbat;
-  const std::vector<AgentAnswer> answers = SplitAnswers(std::string_view(reinterpret_cast<const char*>(data), size));
+  const std::vector<AgentAnswer> answers =
+      SplitAnswers(std::string_view(reinterpret_cast<const char*>(data), size));
   size_t next = 0;
   size_t asked = 0;
   remote::AgentClientOptions options;

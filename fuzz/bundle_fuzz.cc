@@ -10,9 +10,6 @@
 //      DELETE only, by an authorizer): rows no writer of ours would make.
 // The file is read with ReadBundle; what reads is re-diagnosed (DiagnoseJob, as `diagnose`
 // does) and drawn (RenderReport, as `report` does).
-#include <sqlite3.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -24,6 +21,9 @@
 #include <memory>
 #include <string>
 #include <string_view>
+
+#include <sqlite3.h>
+#include <unistd.h>
 
 #include "bundle/bundle.h"
 #include "core/labels.h"
@@ -74,7 +74,8 @@ const std::string& Template() {
         auto ref = (*s)->RegisterSeries(gpu, *labels);
         Require(ref.has_value(), "register");
         for (int i = 0; i < 30; ++i) (void)(*s)->Append(*ref, kT0 + i * kNsPerSec, i % 5 == 0 ? 0.2 : 0.95);
-        auto rank = LabelSet::From({{"gpu", g}, {"job_id", "77"}, {"rank", g}, {"pid", std::string("40") + g}});
+        auto rank =
+            LabelSet::From({{"gpu", g}, {"job_id", "77"}, {"rank", g}, {"pid", std::string("40") + g}});
         Require(rank.has_value(), "labels");
         auto counter = (*s)->RegisterSeries(launches, *rank);
         Require(counter.has_value(), "register");
@@ -99,7 +100,8 @@ const std::string& Template() {
     const detect::FleetView view = detect::FleetView::Owning(std::move(stores));
     const std::string path = Dir() + "/template.ithbat";
     std::filesystem::remove(path);
-    auto written = bundle::WriteBundle(view, bundle::RecordOptions{"77", kMinTime, kMaxTime, "fuzz", 3.5}, path);
+    auto written =
+        bundle::WriteBundle(view, bundle::RecordOptions{"77", kMinTime, kMaxTime, "fuzz", 3.5}, path);
     if (!written) std::fprintf(stderr, "template bundle: %s\n", written.error().message.c_str());
     Require(written.has_value(), "the template bundle is written");
     std::string b = ReadAll(path);
@@ -126,12 +128,14 @@ int RowsOnly(void*, int action, const char*, const char*, const char*, const cha
 
 void RunSql(const std::string& path, const std::string& sql) {
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, nullptr) == SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, nullptr) ==
+      SQLITE_OK) {
     sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, 0);
     sqlite3_limit(db, SQLITE_LIMIT_LENGTH, 1 << 20);
     sqlite3_set_authorizer(db, RowsOnly, nullptr);
     // A recursive CTE could run for ever: stop any statement after ~1M VM steps.
-    sqlite3_progress_handler(db, 1 << 20, [](void*) { return 1; }, nullptr);
+    sqlite3_progress_handler(
+        db, 1 << 20, [](void*) { return 1; }, nullptr);
     sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr);
   }
   sqlite3_close_v2(db);

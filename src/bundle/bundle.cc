@@ -267,7 +267,8 @@ Status CheckMeta(const BundleMeta& m) {
   }
   if (m.from > m.to) return MakeError(ErrorCode::kInvalidArgument, "meta: the window starts after it ends");
   if (!std::isfinite(m.list_price_per_gpu_hour) || m.list_price_per_gpu_hour < 0) {
-    return MakeError(ErrorCode::kInvalidArgument, "meta list_price_per_gpu_hour: not a price (negative or not finite)");
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "meta list_price_per_gpu_hour: not a price (negative or not finite)");
   }
   if (m.nodes.size() > kMaxBundleNodes) {
     return MakeErrorF(ErrorCode::kInvalidArgument, "meta nodes: {} nodes, more than the reader's limit of {}",
@@ -276,7 +277,8 @@ Status CheckMeta(const BundleMeta& m) {
   std::set<std::string_view> seen;
   for (const std::string& node : m.nodes) {
     if (node.empty() || node.size() > 253) {
-      return MakeErrorF(ErrorCode::kInvalidArgument, "meta nodes: {} is not a node name", QuoteForError(node));
+      return MakeErrorF(ErrorCode::kInvalidArgument, "meta nodes: {} is not a node name",
+                        QuoteForError(node));
     }
     if (!seen.insert(node).second) {
       return MakeErrorF(ErrorCode::kInvalidArgument, "meta nodes: {} twice", QuoteForError(node));
@@ -445,7 +447,8 @@ Result<Bundle> ReadBundle(const std::string& path) {
       b.meta.nodes = nlohmann::json::parse(meta["nodes"]).get<std::vector<std::string>>();
       b.meta.list_price_per_gpu_hour = std::stod(meta["list_price_per_gpu_hour"]);
     } catch (const std::exception& e) {
-      return err(MakeErrorF(ErrorCode::kInvalidArgument, "meta nodes/list price: {}", QuoteForError(e.what(), 240)));
+      return err(
+          MakeErrorF(ErrorCode::kInvalidArgument, "meta nodes/list price: {}", QuoteForError(e.what(), 240)));
     }
     if (auto st = CheckMeta(b.meta); !st) return err(st.error());
   }
@@ -492,8 +495,8 @@ Result<Bundle> ReadBundle(const std::string& path) {
       d.name = Column(q->get(), 1);
       const std::string type = Column(q->get(), 2);
       if (type != "gauge" && type != "counter") {
-        return err(MakeErrorF(ErrorCode::kInvalidArgument, "metrics {}: unknown type '{}'", QuoteForError(d.name),
-                              QuoteForError(type)));
+        return err(MakeErrorF(ErrorCode::kInvalidArgument, "metrics {}: unknown type '{}'",
+                              QuoteForError(d.name), QuoteForError(type)));
       }
       d.type = type == "counter" ? MetricType::kCounter : MetricType::kGauge;
       d.unit = Column(q->get(), 3);
@@ -528,7 +531,8 @@ Result<Bundle> ReadBundle(const std::string& path) {
           for (const auto& item : labels.items())
             pairs.emplace_back(item.key(), item.value().get<std::string>());
         } catch (const std::exception& e) {
-          return err(MakeErrorF(ErrorCode::kInvalidArgument, "series {}: labels: {}", id, QuoteForError(e.what(), 240)));
+          return err(MakeErrorF(ErrorCode::kInvalidArgument, "series {}: labels: {}", id,
+                                QuoteForError(e.what(), 240)));
         }
         auto labels = LabelSet::From(pairs);
         if (!labels)
@@ -559,8 +563,8 @@ Result<Bundle> ReadBundle(const std::string& path) {
       e.time = sqlite3_column_int64(s, 1);
       const auto kind = ParseEventKind(Column(s, 2));
       if (!kind)
-        return err(
-            MakeErrorF(ErrorCode::kInvalidArgument, "events row {}: unknown kind '{}'", row, QuoteForError(Column(s, 2))));
+        return err(MakeErrorF(ErrorCode::kInvalidArgument, "events row {}: unknown kind '{}'", row,
+                              QuoteForError(Column(s, 2))));
       e.kind = *kind;
       e.source = Column(s, 3);
       e.identity.cluster = Column(s, 4);
@@ -580,7 +584,8 @@ Result<Bundle> ReadBundle(const std::string& path) {
           e.attrs.emplace_back(pair.at(0).get<std::string>(), pair.at(1).get<std::string>());
         }
       } catch (const std::exception& ex) {
-        return err(MakeErrorF(ErrorCode::kInvalidArgument, "events row {}: attrs: {}", row, QuoteForError(ex.what(), 240)));
+        return err(MakeErrorF(ErrorCode::kInvalidArgument, "events row {}: attrs: {}", row,
+                              QuoteForError(ex.what(), 240)));
       }
       if (auto a = (*st)->AppendEvent(std::move(e)); !a) {
         return err(MakeErrorF(a.error().code, "events row {}: {}", row, a.error().message));

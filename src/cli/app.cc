@@ -102,7 +102,9 @@ void BuildApp(CLI::App& app, CliState& st) {
 
   st.parse_cmd = app.add_subcommand(
       "parse", "Run the job-output parsers over log files (or stdin) and print the events as JSON lines");
-  st.parse_cmd->add_option("--format", st.parse.format, "A parser name (see --list), auto, none, or kmsg (kernel-log lines: Xid events)")
+  st.parse_cmd
+      ->add_option("--format", st.parse.format,
+                   "A parser name (see --list), auto, none, or kmsg (kernel-log lines: Xid events)")
       ->capture_default_str();
   st.parse_cmd->add_option("--patterns", st.parse.patterns_file, "User pattern sets (JSON, docs/joblog.md)");
   st.parse_cmd->add_option("--command-line", st.parse.command_line,

@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "collect/joblog/parsers/parser.h"
-#include "collect/kmsg/xid_parse.h"
 #include "collect/joblog/text/line_assembler.h"
 #include "collect/joblog/text/redact.h"
+#include "collect/kmsg/xid_parse.h"
 #include "core/event.h"
 
 namespace ithbat::cli {
@@ -163,12 +163,14 @@ int RunParseCommand(const ParseCommandOptions& options, std::FILE* out, std::FIL
       fmt::print(out, "{:<12} {:<10} {}\n", p.name, role, p.description);
     }
     fmt::print(out, "{:<12} {:<10} {}\n", kKernelLogFormat, "kernel",
-               "NVIDIA Xid/SXid and fallen-off-the-bus lines of dmesg, journalctl -k or /dev/kmsg (--format kmsg only)");
+               "NVIDIA Xid/SXid and fallen-off-the-bus lines of dmesg, journalctl -k or /dev/kmsg (--format "
+               "kmsg only)");
     return kExitOk;
   }
   const bool kernel_log = options.format == kKernelLogFormat;
   if (kernel_log && (!options.patterns_file.empty() || !options.command_line.empty())) {
-    fmt::print(err, "ithbat parse: --patterns and --command-line apply to job output, not to --format kmsg\n");
+    fmt::print(err,
+               "ithbat parse: --patterns and --command-line apply to job output, not to --format kmsg\n");
     return kExitUsage;
   }
   std::optional<collect::joblog::UserPatterns> patterns;

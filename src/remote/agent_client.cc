@@ -357,7 +357,9 @@ struct AgentClient::Impl {
     const std::string target = params.empty() ? path : path + "?" + net::QueryString(params);
     if (options.transport) {
       auto r = options.transport(target);
-      if (!r) return MakeErrorF(ErrorCode::kUnavailable, "cannot reach the agent at {}: {}", Address(), r.error().message);
+      if (!r)
+        return MakeErrorF(ErrorCode::kUnavailable, "cannot reach the agent at {}: {}", Address(),
+                          r.error().message);
       return std::move(*r);
     }
     net::HttpCall call;

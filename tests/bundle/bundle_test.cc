@@ -263,7 +263,8 @@ TEST(Bundle, ForgedMetaIsRefused) {
     return list + "]";
   }();
   const std::pair<std::string, std::string> forged[] = {
-      {"UPDATE meta SET value = '9000000000000000000' WHERE key = 'from_unix_ns';", "window starts after it ends"},
+      {"UPDATE meta SET value = '9000000000000000000' WHERE key = 'from_unix_ns';",
+       "window starts after it ends"},
       {"UPDATE meta SET value = '-9223372036854775808' WHERE key = 'to_unix_ns';", "outside years"},
       {"UPDATE meta SET value = 'nan' WHERE key = 'list_price_per_gpu_hour';", "not a price"},
       {"UPDATE meta SET value = '-3' WHERE key = 'list_price_per_gpu_hour';", "not a price"},
@@ -271,7 +272,8 @@ TEST(Bundle, ForgedMetaIsRefused) {
       {"UPDATE meta SET value = '[\"\"]' WHERE key = 'nodes';", "not a node name"},
       {"UPDATE meta SET value = '" + nodes_10k + "' WHERE key = 'nodes';", "more than the reader's limit"},
       {"UPDATE meta SET value = '' WHERE key = 'job';", "meta job"},
-      {"UPDATE meta SET value = '" + std::string(100'000, 'v') + "' WHERE key = 'format';", "is not ithbat.bundle"},
+      {"UPDATE meta SET value = '" + std::string(100'000, 'v') + "' WHERE key = 'format';",
+       "is not ithbat.bundle"},
   };
   int i = 0;
   for (const auto& [sql, why] : forged) {

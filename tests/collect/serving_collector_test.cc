@@ -2,12 +2,6 @@
 // a fixture proc tree whose cmdline points at its port, and a FakeSink that records the result.
 #include "collect/serving/serving_collector.h"
 
-#include <arpa/inet.h>
-#include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -16,8 +10,13 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "collect/serving/listener.h"
 #include "collect/serving/workload_tie.h"
@@ -150,7 +149,8 @@ void WriteListener(const TempDir& proc, int pid, int port, bool holds = true) {
 
 // In the fixture proc tree: pid runs in Slurm job 77's cgroup, which ties it to the workload.
 void WriteJobCgroup(const TempDir& proc, int pid) {
-  proc.WriteFile(fmt::format("{}/cgroup", pid), "0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n");
+  proc.WriteFile(fmt::format("{}/cgroup", pid),
+                 "0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n");
 }
 
 // In the fixture proc tree: pid's parent is ppid.
@@ -429,7 +429,8 @@ TEST(ServingCollector, OnlyServersTiedToTheWorkloadAreScraped) {
   EXPECT_EQ(server.requests(), 0);
 
   // The grandchild holds a GPU: scraped, and the tie is remembered when the GPU list changes.
-  gpu.Publish("gpu", {agent::TrackedProcesses::Process{.pid = 22}, agent::TrackedProcesses::Process{.pid = 30}});
+  gpu.Publish("gpu",
+              {agent::TrackedProcesses::Process{.pid = 22}, agent::TrackedProcesses::Process{.pid = 30}});
   ASSERT_TRUE(collector->Collect(3).has_value());
   EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "20"}}), 1.0);
   EXPECT_EQ(server.requests(), 1);
@@ -455,7 +456,8 @@ TEST(ServingCollector, AJobsCgroupTiesAServerWithoutGpuProcesses) {
   // A Kubernetes pod's cgroup (the systemd driver's form).
   proc.WriteFile("40/cgroup",
                  "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f1e2d3c_4b5a_6978_8a9b_"
-                 "0c1d2e3f4a5b.slice/cri-containerd-" + std::string(64, 'a') + ".scope\n");
+                 "0c1d2e3f4a5b.slice/cri-containerd-" +
+                     std::string(64, 'a') + ".scope\n");
   ASSERT_TRUE(collector->Collect(2).has_value());
   EXPECT_EQ(sink.Last("ithbat_serving_up", {{"pid", "40"}}), 1.0);
   EXPECT_EQ(server.requests(), 1);

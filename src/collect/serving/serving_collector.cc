@@ -11,9 +11,9 @@
 
 #include <fmt/core.h>
 
+#include "agent/logging.h"
 #include "collect/serving/listener.h"
 #include "collect/serving/workload_tie.h"
-#include "agent/logging.h"
 #include "core/labels.h"
 #include "net/http_client.h"
 
@@ -180,7 +180,8 @@ Result<bool> ServingCollector::TiedToWorkload(const ServerInfo& server) {
   if (tie.kind == serving::TieKind::kNone) return false;
   // Said once per server process; the tie itself is checked again after each rescan.
   if (tie_logged_.insert(server.pid).second) {
-    agent::GetLogger("serving")->info("{}: tied to the workload by {}; scraped", ServerName(server), tie.what);
+    agent::GetLogger("serving")->info("{}: tied to the workload by {}; scraped", ServerName(server),
+                                      tie.what);
   }
   tied_.insert(server.pid);
   return true;
@@ -235,9 +236,10 @@ Status ServingCollector::CollectImpl(TimeNs tick_time) {
     if (listening && *listening && tied && *tied) {
       verified[i] = 1;
     } else if (listening && *listening && tied) {
-      bodies[i] = MakeError(ErrorCode::kPermission,
-                            "not tied to the node's workload: none of its processes or their descendants is a "
-                            "GPU process, and its cgroup names no Slurm job or Kubernetes pod: not scraped");
+      bodies[i] =
+          MakeError(ErrorCode::kPermission,
+                    "not tied to the node's workload: none of its processes or their descendants is a "
+                    "GPU process, and its cgroup names no Slurm job or Kubernetes pod: not scraped");
     } else if (listening && *listening) {
       bodies[i] = MakeErrorF(tied.error().code, "cannot tell whether it belongs to a job ({}): not scraped",
                              tied.error().message);

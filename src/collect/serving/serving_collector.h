@@ -43,8 +43,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <tuple>

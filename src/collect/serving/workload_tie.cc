@@ -13,7 +13,9 @@ namespace ithbat::collect::serving {
 
 WorkloadTie GpuTie(const std::filesystem::path& proc_root, std::span<const int32_t> server_pids,
                    std::span<const int32_t> gpu_pids) {
-  auto is_server = [&](int32_t pid) { return std::find(server_pids.begin(), server_pids.end(), pid) != server_pids.end(); };
+  auto is_server = [&](int32_t pid) {
+    return std::find(server_pids.begin(), server_pids.end(), pid) != server_pids.end();
+  };
   const size_t n = std::min(gpu_pids.size(), kMaxGpuProcessesWalked);
   // The server's own processes first: no /proc read needed.
   for (size_t i = 0; i < n; i++) {
@@ -49,7 +51,8 @@ Result<WorkloadTie> JobTie(const std::filesystem::path& proc_root, std::span<con
     read_one = true;
     const identity::CgroupIdentity cgroup = identity::ParseCgroup(*text);
     if (!cgroup.slurm_job.empty()) {
-      return WorkloadTie{TieKind::kJob, pid, fmt::format("Slurm job {} (cgroup of process {})", cgroup.slurm_job, pid)};
+      return WorkloadTie{TieKind::kJob, pid,
+                         fmt::format("Slurm job {} (cgroup of process {})", cgroup.slurm_job, pid)};
     }
     if (!cgroup.pod_uid.empty()) {
       return WorkloadTie{TieKind::kJob, pid,
