@@ -25,6 +25,7 @@
 #include "bench/null_sink.h"
 #include "collect/serving/listener.h"
 #include "collect/serving/serving_collector.h"
+#include "collect/serving/workload_tie.h"
 
 namespace {
 
@@ -116,10 +117,47 @@ void BM_ListenerCheck(benchmark::State& state) {
   state.counters["fds"] = static_cast<double>(state.range(0));
 }
 
+// The real processes of this machine other than this one, at most n: GPU processes for the tie
+// benchmarks (none descends from this process, the "server").
+std::vector<int32_t> OtherPids(int64_t n) {
+  std::vector<int32_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int32_t pid = std::stoi(name);
+    if (pid != ::getpid()) pids.push_back(pid);
+    if (static_cast<int64_t>(pids.size()) == n) break;
+  }
+  return pids;
+}
+
+// Reading the GPU processes' ancestors: done when the GPU process list changes or at a rescan.
+void BM_GpuProcessLines(benchmark::State& state) {
+  const std::vector<int32_t> gpu_pids = OtherPids(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(ithbat::collect::serving::ReadGpuProcessLines("/proc", gpu_pids));
+  state.counters["gpu_processes"] = static_cast<double>(gpu_pids.size());
+}
+
+// What an untied server costs a tick (a tied one is cached until the next rescan): the GPU half
+// over the lines read before, then the job half reads the server's cgroup.
+void BM_WorkloadTie(benchmark::State& state) {
+  const auto lines = ithbat::collect::serving::ReadGpuProcessLines("/proc", OtherPids(state.range(0)));
+  const std::vector<int32_t> server = {::getpid()};
+  for (auto _ : state) {
+    auto gpu = ithbat::collect::serving::GpuTie(server, lines);
+    auto job = ithbat::collect::serving::JobTie("/proc", server);
+    benchmark::DoNotOptimize(gpu);
+    benchmark::DoNotOptimize(job);
+  }
+  state.counters["gpu_processes"] = static_cast<double>(lines.size());
+}
+
 BENCHMARK(BM_Steady)->Arg(500)->Arg(2000)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Rescan)->Arg(500)->Arg(2000)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Churn)->Arg(500)->Arg(2000)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_ListenerCheck)->Arg(10)->Arg(1000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GpuProcessLines)->Arg(8)->Arg(64)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_WorkloadTie)->Arg(8)->Arg(64)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -468,21 +468,32 @@ TEST(ServingWorkloadTie, GpuTieWalksAncestorsBoundedly) {
   // A chain 100 ← 101 ← … ← 120: the GPU process 120 is 20 levels under 100.
   WriteParent(proc, 100, 1);
   for (int pid = 101; pid <= 120; pid++) WriteParent(proc, pid, pid - 1);
-  const std::vector<int32_t> gpu = {120};
+  const auto lines = serving::ReadGpuProcessLines(proc.path(), std::vector<int32_t>{120});
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].ancestors.size(), static_cast<size_t>(serving::kMaxTreeDepth));
+  EXPECT_EQ(lines[0].ancestors.front(), 119);
   const std::vector<int32_t> near = {120 - serving::kMaxTreeDepth};
   const std::vector<int32_t> far = {120 - serving::kMaxTreeDepth - 1};
-  EXPECT_EQ(serving::GpuTie(proc.path(), near, gpu).kind, serving::TieKind::kGpu);
-  EXPECT_EQ(serving::GpuTie(proc.path(), near, gpu).via_pid, 120);
-  EXPECT_EQ(serving::GpuTie(proc.path(), far, gpu).kind, serving::TieKind::kNone);
+  EXPECT_EQ(serving::GpuTie(near, lines).kind, serving::TieKind::kGpu);
+  EXPECT_EQ(serving::GpuTie(near, lines).via_pid, 120);
+  EXPECT_EQ(serving::GpuTie(far, lines).kind, serving::TieKind::kNone);
   const std::vector<int32_t> self = {120};
-  EXPECT_EQ(serving::GpuTie(proc.path(), self, gpu).kind, serving::TieKind::kGpu);
+  EXPECT_EQ(serving::GpuTie(self, lines).kind, serving::TieKind::kGpu);
   // A loop in a hostile or racing tree ends the walk.
   WriteParent(proc, 200, 201);
   WriteParent(proc, 201, 200);
-  const std::vector<int32_t> loop = {200};
-  EXPECT_EQ(serving::GpuTie(proc.path(), std::vector<int32_t>{5}, loop).kind, serving::TieKind::kNone);
-  // A GPU process that is gone is skipped.
-  EXPECT_EQ(serving::GpuTie(proc.path(), self, std::vector<int32_t>{999}).kind, serving::TieKind::kNone);
+  const auto loop = serving::ReadGpuProcessLines(proc.path(), std::vector<int32_t>{200});
+  ASSERT_EQ(loop.size(), 1u);
+  EXPECT_EQ(loop[0].ancestors, std::vector<int32_t>{201});
+  EXPECT_EQ(serving::GpuTie(std::vector<int32_t>{5}, loop).kind, serving::TieKind::kNone);
+  // A GPU process that is gone has no ancestors and ties only a server of its own pid.
+  const auto gone = serving::ReadGpuProcessLines(proc.path(), std::vector<int32_t>{999});
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_TRUE(gone[0].ancestors.empty());
+  EXPECT_EQ(serving::GpuTie(self, gone).kind, serving::TieKind::kNone);
+  // No more GPU processes are walked than the bound.
+  const std::vector<int32_t> many(serving::kMaxGpuProcessesWalked + 10, 999);
+  EXPECT_EQ(serving::ReadGpuProcessLines(proc.path(), many).size(), serving::kMaxGpuProcessesWalked);
 }
 
 TEST(ServingWorkloadTie, OnlyACgroupNamesAJob) {

@@ -122,6 +122,7 @@ Status ServingCollector::Discover() {
     servers_.clear();
     listeners_.clear();
     tied_.clear();
+    gpu_lines_stale_ = true;  // a process re-parented since is seen at the rescan
   }
   // Forget pids that exited.
   auto listed = [&](int32_t pid) { return std::binary_search(pids->begin(), pids->end(), pid); };
@@ -163,15 +164,18 @@ std::vector<int32_t> ServingCollector::ServerPids(const ServerInfo& server) cons
 
 Result<bool> ServingCollector::TiedToWorkload(const ServerInfo& server) {
   if (tied_.contains(server.pid)) return true;
-  if (options_.gpu_processes != nullptr && options_.gpu_processes->generation() != gpu_generation_) {
+  if (options_.gpu_processes != nullptr &&
+      (gpu_lines_stale_ || options_.gpu_processes->generation() != gpu_generation_)) {
     gpu_generation_ = options_.gpu_processes->generation();
-    gpu_pids_.clear();
+    gpu_lines_stale_ = false;
+    std::vector<int32_t> gpu_pids;
     for (const auto& p : options_.gpu_processes->Snapshot()) {
-      if (p.source == "gpu") gpu_pids_.push_back(p.pid);
+      if (p.source == "gpu") gpu_pids.push_back(p.pid);
     }
+    gpu_lines_ = serving::ReadGpuProcessLines(options_.procfs, gpu_pids);
   }
   const std::vector<int32_t> pids = ServerPids(server);
-  serving::WorkloadTie tie = serving::GpuTie(options_.procfs, pids, gpu_pids_);
+  serving::WorkloadTie tie = serving::GpuTie(pids, gpu_lines_);
   if (tie.kind == serving::TieKind::kNone) {
     auto job = serving::JobTie(options_.procfs, pids);
     if (!job) return std::unexpected(job.error());

@@ -57,6 +57,7 @@
 #include "collect/serving/discovery.h"
 #include "collect/serving/exposition.h"
 #include "collect/serving/normalise.h"
+#include "collect/serving/workload_tie.h"
 #include "core/metric.h"
 #include "core/result.h"
 #include "core/sink.h"
@@ -139,7 +140,8 @@ class ServingCollector final : public agent::Collector {
   std::set<int32_t> tied_;                               // server pids found tied to the workload
   std::set<int32_t> tie_logged_;                         // server pids whose tie was logged
   uint64_t gpu_generation_ = 0;                          // of gpu_processes when gpu_pids_ was taken
-  std::vector<int32_t> gpu_pids_;                        // the GPU processes, sorted
+  std::vector<serving::GpuProcessLine> gpu_lines_;       // the GPU processes and their ancestors
+  bool gpu_lines_stale_ = true;                          // read again at the next check (a rescan)
   // What is kept per server (engine, port, pid), dropped when the server is gone so that
   // restarts (new pids) do not pile up state.
   struct ServerState {

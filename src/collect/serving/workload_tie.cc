@@ -11,29 +11,43 @@
 
 namespace ithbat::collect::serving {
 
-WorkloadTie GpuTie(const std::filesystem::path& proc_root, std::span<const int32_t> server_pids,
-                   std::span<const int32_t> gpu_pids) {
+std::vector<GpuProcessLine> ReadGpuProcessLines(const std::filesystem::path& proc_root,
+                                                std::span<const int32_t> gpu_pids) {
+  std::vector<GpuProcessLine> lines;
+  const size_t n = std::min(gpu_pids.size(), kMaxGpuProcessesWalked);
+  lines.reserve(n);
+  for (size_t i = 0; i < n; i++) {
+    GpuProcessLine line{gpu_pids[i], {}};
+    int32_t cur = gpu_pids[i];
+    for (int depth = 0; depth < kMaxTreeDepth; depth++) {
+      std::optional<int32_t> parent = proc::ReadPpid(proc_root, cur);
+      if (!parent || *parent <= 1) break;  // gone, init, or the kernel's own
+      // A loop (a racing or forged tree): the process itself, or an ancestor already seen.
+      if (*parent == line.pid ||
+          std::find(line.ancestors.begin(), line.ancestors.end(), *parent) != line.ancestors.end()) {
+        break;
+      }
+      line.ancestors.push_back(*parent);
+      cur = *parent;
+    }
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+WorkloadTie GpuTie(std::span<const int32_t> server_pids, std::span<const GpuProcessLine> lines) {
   auto is_server = [&](int32_t pid) {
     return std::find(server_pids.begin(), server_pids.end(), pid) != server_pids.end();
   };
-  const size_t n = std::min(gpu_pids.size(), kMaxGpuProcessesWalked);
-  // The server's own processes first: no /proc read needed.
-  for (size_t i = 0; i < n; i++) {
-    if (is_server(gpu_pids[i])) {
-      return WorkloadTie{TieKind::kGpu, gpu_pids[i], fmt::format("GPU process {}", gpu_pids[i])};
-    }
+  for (const GpuProcessLine& line : lines) {
+    if (is_server(line.pid)) return WorkloadTie{TieKind::kGpu, line.pid, fmt::format("GPU process {}", line.pid)};
   }
-  for (size_t i = 0; i < n; i++) {
-    const int32_t gpu_pid = gpu_pids[i];
-    int32_t cur = gpu_pid;
-    for (int depth = 0; depth < kMaxTreeDepth; depth++) {
-      std::optional<int32_t> parent = proc::ReadPpid(proc_root, cur);
-      if (!parent || *parent <= 1 || *parent == cur) break;  // gone, init, or the kernel's own
-      if (is_server(*parent)) {
-        return WorkloadTie{TieKind::kGpu, gpu_pid,
-                           fmt::format("GPU process {} (descends from server process {})", gpu_pid, *parent)};
+  for (const GpuProcessLine& line : lines) {
+    for (int32_t ancestor : line.ancestors) {
+      if (is_server(ancestor)) {
+        return WorkloadTie{TieKind::kGpu, line.pid,
+                           fmt::format("GPU process {} (descends from server process {})", line.pid, ancestor)};
       }
-      cur = *parent;
     }
   }
   return WorkloadTie{};

@@ -16,14 +16,16 @@
 // Everything else named `vllm serve` (a user's experiment with no GPU, a squatter) is reported
 // and left alone.
 //
-// Bounded: at most kMaxGpuProcessesWalked GPU processes looked at, kMaxTreeDepth ancestors each,
-// one 64 KiB cgroup file per server process.
+// Bounded: at most kMaxGpuProcessesWalked GPU processes looked at, kMaxTreeDepth ancestors each
+// (read when the GPU process list changes, not per check), one 64 KiB cgroup file per server
+// process.
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/result.h"
 
@@ -42,11 +44,22 @@ struct WorkloadTie {
   std::string what;      // for logs: "GPU process 4711", "Slurm job 123", "Kubernetes pod <uid>"
 };
 
-// The GPU half: whether one of `gpu_pids` is one of `server_pids` or descends from one (its
-// PPid chain under proc_root reaches one within kMaxTreeDepth steps). A GPU process that exited
-// meanwhile is skipped. Never fails.
-WorkloadTie GpuTie(const std::filesystem::path& proc_root, std::span<const int32_t> server_pids,
-                   std::span<const int32_t> gpu_pids);
+// A GPU process and its ancestors, nearest first (at most kMaxTreeDepth; the walk stops at init,
+// at a process that is gone and at a loop).
+struct GpuProcessLine {
+  int32_t pid = -1;
+  std::vector<int32_t> ancestors;
+};
+
+// The lines of the first kMaxGpuProcessesWalked of `gpu_pids`, read from proc_root/<pid>/status.
+// Process trees change far less often than servers are checked: the collector reads them when
+// the GPU process list changes or at a rescan, not every tick. Never fails.
+std::vector<GpuProcessLine> ReadGpuProcessLines(const std::filesystem::path& proc_root,
+                                                std::span<const int32_t> gpu_pids);
+
+// The GPU half: whether one of the GPU processes is one of `server_pids` or descends from one.
+// Pure (no I/O).
+WorkloadTie GpuTie(std::span<const int32_t> server_pids, std::span<const GpuProcessLine> lines);
 
 // The job half: whether proc_root/<pid>/cgroup of one of `server_pids` names a Slurm job or a
 // Kubernetes pod. Errors: kPermission when no cgroup file could be read and one was denied;
