@@ -39,6 +39,18 @@ require() {
   command -v "$1" >/dev/null 2>&1 || fail "$1 is not installed (scripts/install-deps.sh installs it)"
 }
 
+# fake_node_tools: sets $ctl (ithbat-fake-state, which makes and changes a fake node's state file)
+# and $fake (the fake libnvidia-ml.so.1 that reads it) from the build tree next to $ITHBAT, and
+# fails when either is not built.
+fake_node_tools() {
+  local build
+  build=$(cd "$(dirname "$ITHBAT")" && pwd)
+  ctl="$build/sim/ithbat-fake-state"
+  fake="$build/sim/lib/libnvidia-ml.so.1"
+  [[ -x $ctl ]] || fail "ithbat-fake-state not found at $ctl (build the ithbat_fake_state_ctl target)"
+  [[ -f $fake ]] || fail "the fake NVML not found at $fake (build the ithbat_fake_nvml target)"
+}
+
 # wait_until SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.2 s until it succeeds.
 wait_until() {
   local seconds=$1 what=$2

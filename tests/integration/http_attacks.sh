@@ -16,11 +16,7 @@ attacks="$here/attacks/http_attacks.py"
 ulimit -n 65536 2>/dev/null || ulimit -n 8192
 
 # The agent runs on a fake node (fake NVML, state file): part 2 lists a process on its GPU.
-build=$(cd "$(dirname "$ITHBAT")" && pwd)
-ctl="$build/sim/ithbat-fake-state"
-fake="$build/sim/lib/libnvidia-ml.so.1"
-[[ -x $ctl ]] || fail "ithbat-fake-state not found at $ctl (build the ithbat_fake_state_ctl target)"
-[[ -f $fake ]] || fail "the fake NVML not found at $fake (build the ithbat_fake_nvml target)"
+fake_node_tools
 state="$WORK/node.state"
 "$ctl" create "$state" --gpus 2 --model h100 --seed attacks || fail "cannot create the fake node"
 

@@ -16,11 +16,7 @@ source "$(dirname "$0")/common.bash"
 require curl
 require python3
 
-build=$(dirname "$ITHBAT")
-ctl="$build/sim/ithbat-fake-state"
-fake="$build/sim/lib/libnvidia-ml.so.1"
-[[ -x $ctl ]] || fail "ithbat-fake-state not found at $ctl (build the ithbat_fake_state_ctl target)"
-[[ -f $fake ]] || fail "the fake NVML not found at $fake (build the ithbat_fake_nvml target)"
+fake_node_tools
 
 token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 printf '%s\n' "$token" >"$WORK/token"

@@ -11,11 +11,7 @@ source "$(dirname "$0")/common.bash"
 require curl
 require python3
 
-build=$(dirname "$ITHBAT")
-ctl="$build/sim/ithbat-fake-state"
-fake="$build/sim/lib/libnvidia-ml.so.1"
-[[ -x $ctl ]] || fail "ithbat-fake-state not found at $ctl (build the ithbat_fake_state_ctl target)"
-[[ -f $fake ]] || fail "the fake NVML not found at $fake (build the ithbat_fake_nvml target)"
+fake_node_tools
 
 state="$WORK/node.state"
 "$ctl" create "$state" --gpus 2 --model h100 --seed joblog || fail "cannot create the fake node"
