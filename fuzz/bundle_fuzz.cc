@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -37,12 +38,21 @@ namespace {
 using ithbat::fuzz::Require;
 constexpr ithbat::TimeNs kT0 = 1'700'000'000'000'000'000;
 
-std::string Dir() {
+// The scratch directory of this process, in memory, removed at exit.
+const std::string& Dir() {
   static const std::string dir = [] {
     std::string d = "/dev/shm/ithbat-bundle-fuzz-" + std::to_string(getpid());
     std::filesystem::create_directories(d);
     return d;
   }();
+  static const bool cleaned_at_exit = [] {
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    });
+    return true;
+  }();
+  (void)cleaned_at_exit;
   return dir;
 }
 
