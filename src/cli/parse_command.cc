@@ -187,9 +187,11 @@ int RunParseCommand(const ParseCommandOptions& options, std::FILE* out, std::FIL
   so.command_line = options.command_line;
   so.user_patterns = patterns ? &*patterns : nullptr;
   // Checked once up front so a bad --format is a usage error even with no input.
-  if (auto probe = StreamParser::Create(so); !kernel_log && !probe) {
-    fmt::print(err, "ithbat parse: {}\n", probe.error().message);
-    return kExitUsage;
+  if (!kernel_log) {
+    if (auto probe = StreamParser::Create(so); !probe) {
+      fmt::print(err, "ithbat parse: {}\n", probe.error().message);
+      return kExitUsage;
+    }
   }
 
   std::vector<std::string> files = options.files;
