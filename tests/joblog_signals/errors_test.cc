@@ -321,7 +321,12 @@ TEST(ErrorParserTest, IbCompletionNewFormat) {
   auto events = RunAll(SharedLines("nccl/nccl-issue1405-ib-completion-ipv6-gid.txt"));
   ASSERT_EQ(events.size(), 2u);  // "NCCL INFO ... -> 6" unwinding lines give none
   const auto& e = events[0];
-  EXPECT_EQ(e.name, "nccl_warn");
+  // Retries exhausted towards the peer: the fabric or the peer itself (port counters decide).
+  EXPECT_EQ(e.name, "nccl_net_error");
+  EXPECT_EQ(Attr(e, "transport"), "ib");
+  EXPECT_EQ(Attr(e, "suspect"), "link_or_peer");
+  EXPECT_EQ(Attr(e, "status_name"), "IBV_WC_RETRY_EXC_ERR");
+  EXPECT_EQ(events[1].name, "nccl_net_error");
   EXPECT_EQ(Attr(e, "host"), "kp-ddp-worker-0");
   EXPECT_EQ(Attr(e, "pid"), "3468");
   EXPECT_EQ(Attr(e, "tid"), "3905");
@@ -342,6 +347,13 @@ TEST(ErrorParserTest, IbCompletionNewFormat) {
 TEST(ErrorParserTest, IbCompletionOldFormat) {
   auto events = RunAll(SharedLines("nccl/nccl-issue928-ib-old-format-error4-h100.txt"));
   ASSERT_EQ(events.size(), 2u);
+  // NCCL < 2.19 wording: "with error 4" is a local protection error — the memory registration
+  // (GPUDirect RDMA) on this host, not the fabric.
+  for (const auto& e : events) {
+    EXPECT_EQ(e.name, "nccl_net_error");
+    EXPECT_EQ(Attr(e, "suspect"), "local");
+    EXPECT_EQ(Attr(e, "status_name"), "IBV_WC_LOC_PROT_ERR");
+  }
   EXPECT_EQ(Attr(events[0], "host"), "H100-2");
   EXPECT_EQ(Attr(events[0], "pid"), "19989");
   EXPECT_EQ(Attr(events[0], "tid"), "20082");
@@ -380,9 +392,19 @@ TEST(ErrorParserTest, NcclErrorVariants) {
   EXPECT_EQ(Attr(errors[4], "code"), "ncclSystemError");
   EXPECT_EQ(Attr(errors[4], "nccl_version"), "2.18.1");
 
-  // [4] socket WARN chain: three WARN lines, the "-> 6" INFO lines give none.
-  auto warns = Class(events, "nccl_warn");
+  // [4] socket WARN chain: three WARN lines, the "-> 6" INFO lines give none. The two socket
+  // failures (broken pipe, closed by the remote peer) are network errors pointing at the peer;
+  // the proxy's "Failed to execute operation" is a plain warning.
+  std::vector<ParsedEvent> warns;
+  for (const auto& e : events)
+    if (e.name == "nccl_warn" || e.name == "nccl_net_error") warns.push_back(e);
   ASSERT_EQ(warns.size(), 3u);
+  EXPECT_EQ(warns[0].name, "nccl_net_error");
+  EXPECT_EQ(Attr(warns[0], "transport"), "socket");
+  EXPECT_EQ(Attr(warns[0], "suspect"), "peer");
+  EXPECT_EQ(warns[1].name, "nccl_warn");
+  EXPECT_EQ(Attr(warns[1], "suspect"), std::nullopt);
+  EXPECT_EQ(warns[2].name, "nccl_net_error");
   EXPECT_EQ(Attr(warns[0], "host"), "a100-st-p4d24xlarge-22");
   EXPECT_EQ(Attr(warns[0], "pid"), "183006");
   EXPECT_EQ(Attr(warns[0], "tid"), "183220");

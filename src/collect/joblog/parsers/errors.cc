@@ -2,7 +2,9 @@
 // anchor filter decides which (if any) class checks run; each class gives at most one event per
 // line. Per-stream state is O(1): whether a Python traceback is open (to name its exception)
 // and the rank/root-cause lines of a torchrun ChildFailedError block.
+#include <array>
 #include <cmath>
+#include <optional>
 
 #include "collect/joblog/parsers/parser.h"
 #include "collect/joblog/parsers/scan.h"
@@ -302,6 +304,66 @@ class ErrorParser final : public FormatParser {
   }
 
   // ---- "host:pid:tid [cudaDev] file.cc:line NCCL WARN message" -----------------------------
+  // The names of libibverbs' enum ibv_wc_status (verbs.h), by value: what NCCL prints as
+  // "status=N" (net_ib / ib_plugin) or, before 2.19, "with error N".
+  static std::string_view IbvStatusName(std::string_view digits) {
+    static constexpr std::array<std::string_view, 22> kNames = {
+        "IBV_WC_SUCCESS",          "IBV_WC_LOC_LEN_ERR",     "IBV_WC_LOC_QP_OP_ERR",  "IBV_WC_LOC_EEC_OP_ERR",
+        "IBV_WC_LOC_PROT_ERR",     "IBV_WC_WR_FLUSH_ERR",    "IBV_WC_MW_BIND_ERR",    "IBV_WC_BAD_RESP_ERR",
+        "IBV_WC_LOC_ACCESS_ERR",   "IBV_WC_REM_INV_REQ_ERR", "IBV_WC_REM_ACCESS_ERR", "IBV_WC_REM_OP_ERR",
+        "IBV_WC_RETRY_EXC_ERR",    "IBV_WC_RNR_RETRY_EXC_ERR", "IBV_WC_LOC_RDD_VIOL_ERR",
+        "IBV_WC_REM_INV_RD_REQ_ERR", "IBV_WC_REM_ABORT_ERR", "IBV_WC_INV_EECN_ERR",   "IBV_WC_INV_EEC_STATE_ERR",
+        "IBV_WC_FATAL_ERR",        "IBV_WC_RESP_TIMEOUT_ERR", "IBV_WC_GENERAL_ERR"};
+    if (digits.empty() || digits.size() > 2) return {};
+    size_t v = 0;
+    for (char c : digits) v = v * 10 + static_cast<size_t>(c - '0');
+    return v < kNames.size() ? kNames[v] : std::string_view{};
+  }
+
+  struct NetFailureKind {
+    std::string_view transport;  // "ib" or "socket"
+    // What the failure points at, for the engine (docs/joblog-signals.md):
+    //  link_or_peer — the other side never answered: the transport's retries ran out
+    //    (RETRY_EXC 12, RNR_RETRY_EXC 13, RESP_TIMEOUT 20). A dead link or switch port does
+    //    this, and so does a peer process or host that died: port counters tell them apart.
+    //  peer — the other side closed the connection or refused it (a socket reset, EOF, broken
+    //    pipe): its process most often died first; its own output says why.
+    //  local — the request itself was refused on this host (LOC_PROT 4, LOC_ACCESS 8, length
+    //    and QP errors): memory registration, GPUDirect RDMA (nvidia-peermem / dma-buf) or a
+    //    software fault, not the fabric.
+    //  remote — the remote side refused the request (REM_ACCESS 10, REM_INV_REQ 9, REM_OP 11):
+    //    its registration or QP state.
+    //  consequence — WR_FLUSH 5: the queue pair was already in error and drained what it held;
+    //    the first error is elsewhere.
+    //  unknown — anything else.
+    std::string_view suspect;
+  };
+  static std::optional<NetFailureKind> NetFailure(std::string_view msg) {
+    if (Contains(msg, "Got completion from peer ")) {
+      std::string_view status = signals::DigitsAfter(msg, "status=");
+      if (status.empty()) status = signals::DigitsAfter(msg, "with error ");
+      const std::string_view name = IbvStatusName(status);
+      std::string_view suspect = "unknown";
+      if (name == "IBV_WC_RETRY_EXC_ERR" || name == "IBV_WC_RNR_RETRY_EXC_ERR" || name == "IBV_WC_RESP_TIMEOUT_ERR")
+        suspect = "link_or_peer";
+      else if (name == "IBV_WC_WR_FLUSH_ERR")
+        suspect = "consequence";
+      else if (name == "IBV_WC_LOC_LEN_ERR" || name == "IBV_WC_LOC_QP_OP_ERR" || name == "IBV_WC_LOC_PROT_ERR" ||
+               name == "IBV_WC_LOC_ACCESS_ERR")
+        suspect = "local";
+      else if (name == "IBV_WC_REM_INV_REQ_ERR" || name == "IBV_WC_REM_ACCESS_ERR" || name == "IBV_WC_REM_OP_ERR")
+        suspect = "remote";
+      return NetFailureKind{"ib", suspect};
+    }
+    // The socket transport ("Net : ..." from misc/socket.cc): the peer went away.
+    if (msg.starts_with("Net : ")) {
+      if (Contains(msg, "Connection closed by remote peer") || Contains(msg, "Broken pipe") ||
+          Contains(msg, "Connection reset by peer") || Contains(msg, "Connection refused"))
+        return NetFailureKind{"socket", "peer"};
+    }
+    return std::nullopt;
+  }
+
   static void NcclWarn(std::string_view t, int32_t rank, std::vector<ParsedEvent>& out) {
     const size_t warn = Find(t, "NCCL WARN ");
     if (warn == std::string_view::npos) return;
@@ -338,6 +400,11 @@ class ErrorParser final : public FormatParser {
       }
     }
     const std::string_view msg = t.substr(warn + 10);
+    if (auto net = NetFailure(msg)) {
+      e.name = std::string(kErrorNcclNetError);
+      AddAttr(e, "transport", net->transport);
+      AddAttr(e, "suspect", net->suspect);
+    }
     // IB completion error, new ("with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid X
     // remoteGids Y") and old ("with error 4, opcode 32564, len 32564, vendor err 81 (Send)") wording.
     if (auto peer = signals::After(msg, "Got completion from peer ")) {
@@ -352,7 +419,10 @@ class ErrorParser final : public FormatParser {
       }
       std::string_view status = signals::DigitsAfter(msg, "status=");
       if (status.empty()) status = signals::DigitsAfter(msg, "with error ");
-      if (!status.empty()) AddAttr(e, "status", status);
+      if (!status.empty()) {
+        AddAttr(e, "status", status);
+        if (auto name = IbvStatusName(status); !name.empty()) AddAttr(e, "status_name", name);
+      }
       std::string_view opcode = signals::DigitsAfter(msg, "opcode=");
       if (opcode.empty()) opcode = signals::DigitsAfter(msg, "opcode ");
       if (!opcode.empty()) AddAttr(e, "opcode", opcode);

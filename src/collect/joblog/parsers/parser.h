@@ -84,7 +84,10 @@ inline constexpr std::string_view kErrorGradOverflow = "grad_overflow";   // fp1
 inline constexpr std::string_view kErrorLossScaleMin = "loss_scale_min";  // scaler hit its floor
 inline constexpr std::string_view kErrorNcclTimeout = "nccl_timeout";     // watchdog: seq, op_type, timeout_ms
 inline constexpr std::string_view kErrorNcclWatchdogStuck = "nccl_watchdog_stuck";  // heartbeat monitor
-inline constexpr std::string_view kErrorNcclWarn = "nccl_warn";           // "NCCL WARN ..." (IB completion ...)
+inline constexpr std::string_view kErrorNcclWarn = "nccl_warn";           // "NCCL WARN ..." (other than below)
+// A NCCL WARN of the network transport: an InfiniBand/RoCE work completion with an error status,
+// or a socket transport failure. attr `suspect` says what the status points at (errors.cc).
+inline constexpr std::string_view kErrorNcclNetError = "nccl_net_error";
 inline constexpr std::string_view kErrorNcclError = "nccl_error";         // ncclUnhandledCudaError, ncclSystemError, ...
 inline constexpr std::string_view kErrorElasticFailure = "elastic_failure";  // torchrun: exit_code, local_rank, pid
 inline constexpr std::string_view kErrorPythonTraceback = "python_traceback";  // "Traceback (most recent call last):"
