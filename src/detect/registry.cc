@@ -4,6 +4,7 @@
 
 #include "detect/gpu/hardware_faults.h"
 #include "detect/hang/hang.h"
+#include "detect/hang/watchdog.h"
 #include "detect/inference/efficiency.h"
 #include "detect/memory/out_of_memory.h"
 #include "detect/network/network.h"
@@ -20,6 +21,7 @@ std::span<const DetectorInfo> RegisteredDetectors() {
       DetectorInfo{"divergence", "numerics", &DetectDivergence},
       DetectorInfo{"no_learning", "numerics", &DetectNoLearning},
       DetectorInfo{"hang", "hang", &DetectHang},
+      DetectorInfo{"watchdog", "hang", &DetectWatchdogTimeouts},
       DetectorInfo{"out_of_memory", "memory", &DetectOutOfMemory},
       DetectorInfo{"stragglers", "stragglers", &DetectStragglers},
       DetectorInfo{"inference_efficiency", "inference", &DetectInferenceEfficiency},
