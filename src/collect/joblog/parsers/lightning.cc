@@ -2,11 +2,23 @@
 // v_num=0, train_loss=0.149]" (also its non-tty form without the |bar|), and NeMo 1.x, which logs
 // reduced_train_loss / global_step / consumed_samples into the same bar.
 //
-// The bar's counter is the batch within the epoch (validation batches included in 1.x), not the
-// global step, so a step is only reported when the bar prints `global_step=` as an exact integer
-// (NeMo 1.x; "3.2e+4" is rounded by the printer and gives none). Lightning refreshes the bar
-// twice per batch (new count with the old postfix, then the new postfix); a segment is reported
-// only when its epoch, count or values differ from the last one reported.
+// Steps. Where the bar prints `global_step=` (NeMo 1.x) that is the step, and only when it is an
+// exact integer ("3.2e+4" is rounded by the printer and gives none); a stream that prints it once
+// never takes a step from the bar's count, so one stream never mixes two numberings. Otherwise
+// the step is the bar's position over the run: the batches of the epochs before this one plus the
+// count, i.e. epoch × total + count while every epoch has the same total. The count is the batch
+// within the epoch (validation batches included in Lightning 1.x, several batches per optimizer
+// step under gradient accumulation), so this is a global *batch* index, not the optimizer step;
+// the events say so (attr source=bar). Lightning refreshes the bar twice per batch (new count
+// with the old postfix, then the new postfix): one step event per count change, none for count 0
+// (the epoch has not finished a batch). A segment cut by the capture still has a whole count —
+// FindTqdmBar requires "n/total [" — so it gives its step; only its last postfix value is dropped.
+//
+// Values carry the line's step. A segment is reported only when its epoch, count or values differ
+// from the last one reported (in a global_step stream: its epoch or values, the step being one of
+// them). Without global_step, the first refresh of a batch still shows the previous batch's
+// postfix, so its loss is the previous batch's value stamped with the new step: nothing in the
+// text tells the two refreshes apart when only one of them reaches us.
 #include <array>
 #include <string>
 
@@ -26,6 +38,11 @@ constexpr std::array<std::string_view, 5> kLossKeys = {"train_loss_step", "train
 
 constexpr scan::Needle kEpoch{"Epoch "};
 
+// Beyond any real run (a billion epochs, a billion batches in one epoch): a bar past them gives no
+// step, and below them epoch × total plus the count stays far from INT64_MAX.
+constexpr int64_t kMaxBarEpoch = 1'000'000'000;
+constexpr int64_t kMaxBarTotal = 1'000'000'000;
+
 class LightningParser final : public FormatParser {
  public:
   std::string_view name() const override { return "lightning"; }
@@ -42,41 +59,66 @@ class LightningParser final : public FormatParser {
     if (e == npos) return false;
     const auto epoch = scan::ParseUint(bar.desc.substr(e + 6));
     if (!epoch) return false;
-    if (bar.postfix.empty()) return true;
 
     std::array<scan::KeyValue, 32> pairs;
     size_t n = 0;
     scan::PairScanner scanner(bar.postfix, scan::PairScanner::Style::kEquals, pairs.size());
-    uint64_t h = scan::Hash({}, static_cast<uint64_t>(*epoch) * 1000003u + static_cast<uint64_t>(bar.n));
+    uint64_t h = scan::Hash({});
     scan::KeyValue kv;
     while (n < pairs.size() && scanner.Next(kv)) {
+      // The key is whole even where its value was cut: it still says the stream numbers steps.
+      if (kv.key == "global_step") global_steps_ = true;
       if (!bar.closed && scan::AtEnd(bar.postfix, kv.value)) break;  // cut segment: the value may be cut
       pairs[n++] = kv;
       h = scan::Hash(kv.key, h);
       h = scan::Hash(kv.value, h);
     }
+    // A refresh repeats the last one when its values and its place are the same. The place is the
+    // epoch and count; in a stream with global_step= it is the epoch alone (the step is among the
+    // values), so the refresh that only moves the count on, still showing the previous postfix, is
+    // not reported a second time.
+    const uint64_t place =
+        static_cast<uint64_t>(*epoch) * 1000003u + (global_steps_ ? 0u : static_cast<uint64_t>(bar.n));
+    h = scan::Hash(std::string_view(reinterpret_cast<const char*>(&place), sizeof(place)), h);
+
+    int64_t step = -1;
+    scan::Emitter emit(out, prefix.rank);
+    const std::string epoch_text = std::to_string(*epoch);
+    if (global_steps_) {
+      for (size_t i = 0; i < n; ++i) {
+        if (pairs[i].key == "global_step") {
+          if (auto s = scan::ParseExactInteger(pairs[i].value)) step = *s;
+        }
+      }
+      if (step >= 0 && step != last_global_step_) {
+        last_global_step_ = step;
+        if (ParsedEvent* ev = emit.Add(EventKind::kStep, "", std::nan(""), step))
+          ev->attrs.emplace_back("epoch", epoch_text);
+      }
+    } else if (*epoch <= kMaxBarEpoch && bar.total <= kMaxBarTotal) {
+      const bool moved = *epoch != bar_epoch_ || bar.n != bar_n_;
+      step = BarStep(*epoch, bar.n, bar.total);
+      if (step >= 0 && moved) {
+        // tqdm's rate is a moving average over batches, not this step's time: value NaN.
+        if (ParsedEvent* ev = emit.Add(EventKind::kStep, "", std::nan(""), step)) {
+          ev->attrs.emplace_back("epoch", epoch_text);
+          ev->attrs.emplace_back("batch", std::to_string(bar.n));
+          ev->attrs.emplace_back("epoch_batches", std::to_string(bar.total));
+          ev->attrs.emplace_back("source", "bar");
+        }
+      }
+    }
+
     if (n == 0) return true;
     if (h == last_hash_) return true;  // the same refresh again
     last_hash_ = h;
 
-    int64_t step = -1;
     size_t loss_index = pairs.size();
     for (std::string_view want : kLossKeys) {
       for (size_t i = 0; i < n && loss_index == pairs.size(); ++i) {
         if (pairs[i].key == want && scan::ParseFloat(pairs[i].value)) loss_index = i;
       }
       if (loss_index != pairs.size()) break;
-    }
-    for (size_t i = 0; i < n; ++i) {
-      if (pairs[i].key == "global_step") {
-        if (auto s = scan::ParseExactInteger(pairs[i].value)) step = *s;
-      }
-    }
-    const std::string epoch_text = std::to_string(*epoch);
-    scan::Emitter emit(out, prefix.rank);
-    if (step >= 0) {
-      if (ParsedEvent* ev = emit.Add(EventKind::kStep, "", std::nan(""), step))
-        ev->attrs.emplace_back("epoch", epoch_text);
     }
     for (size_t i = 0; i < n; ++i) {
       const std::string_view k = pairs[i].key;
@@ -132,10 +174,32 @@ class LightningParser final : public FormatParser {
     return true;
   }
 
+  // The step of the bar at (epoch, count, total), -1 for count 0; keeps the run's batch offset.
+  // The epochs before the first one seen are taken to have had its total (the agent may attach
+  // mid-run); an epoch the capture skipped, the total of the epoch after it. A lower epoch than
+  // the last is a new fit in the same process: the offset starts again.
+  int64_t BarStep(int64_t epoch, int64_t count, int64_t total) {
+    if (bar_epoch_ < 0 || epoch < bar_epoch_) {
+      bar_offset_ = epoch * total;
+    } else if (epoch > bar_epoch_) {
+      bar_offset_ += bar_total_ + (epoch - bar_epoch_ - 1) * total;
+    }
+    bar_epoch_ = epoch;
+    bar_total_ = total;  // Lightning 1.x may change it within an epoch (validation batches added)
+    bar_n_ = count;
+    return count > 0 ? bar_offset_ + count : -1;
+  }
+
   struct ValSlot {
     uint64_t key = 0;
     double value = 0;
   };
+  bool global_steps_ = false;      // the stream prints NeMo's global_step=: the bar's count is not used
+  int64_t last_global_step_ = -1;  // the global_step of the last step event
+  int64_t bar_epoch_ = -1;         // the bar's epoch, count and total at its last refresh
+  int64_t bar_n_ = -1;
+  int64_t bar_total_ = 0;
+  int64_t bar_offset_ = 0;  // batches of the epochs before bar_epoch_
   uint64_t last_hash_ = 0;
   std::array<ValSlot, 8> val_{};
   size_t val_next_ = 0;
