@@ -40,19 +40,29 @@ TEST(MegatronConformance, LmLossAbsentDuringNanGradNorm) {
   const auto per_line = RunLines(*parser, lines);
   // The first line is the cut tail of an iteration line ("d norm: nan | ..."): nothing.
   EXPECT_TRUE(per_line[0].empty());
+  // Every iteration advanced (skipped 0, nan 0) yet no mean loss was printed: the NaN escaped
+  // Megatron's counter. One loss_missing per whole line, none for the cut first line.
+  std::vector<ParsedEvent> expected_errors;
+  for (size_t i = 1; i < 4; ++i) {
+    expected_errors.push_back(Ev(EventKind::kError, std::string(kErrorLossMissing), kNaN,
+                                 5425 + static_cast<int64_t>(i), {{"grad_norm", "nan"}}));
+    expected_errors.back().text = lines[i];
+  }
   EXPECT_EQ(per_line[1], (std::vector<ParsedEvent>{
                              MStep(5426, 4247.9, 250000), Metric("consumed_samples", 43408, 5426),
                              Metric("consumed_tokens", 88899584, 5426), Metric("lr", 2.999E-04, 5426),
                              Metric("global_batch_size", 8, 5426), Metric("loss_scale", 1.0, 5426),
                              Metric("grad_norm", kNaN, 5426), Metric("skipped_iterations", 0, 5426),
                              Metric("nan_iterations", 0, 5426), Metric("samples_per_second", 1.883, 5426),
-                             Metric("tflops", 78.36, 5426)}));
+                             Metric("tflops", 78.36, 5426), expected_errors[0]}));
   const auto all = Flatten(per_line);
   // "lm loss" is absent from every line: no loss at all, and certainly not 0.
   EXPECT_EQ(Count(all, EventKind::kLoss), 0u);
   EXPECT_EQ(Count(all, EventKind::kStep), 3u);
   EXPECT_EQ(Select(all, EventKind::kStep).back(), MStep(5428, 4229.2, 250000));
   EXPECT_EQ(Select(all, EventKind::kTrainMetric, "tflops").back(), Metric("tflops", 78.71, 5428));
+  EXPECT_EQ(Select(all, EventKind::kError), expected_errors);
+  EXPECT_EQ(Count(all, EventKind::kError, std::string(kErrorNanLoss)), 0u);
 }
 
 TEST(MegatronConformance, SkippedIterationsThenSopLossAndCutLine) {
@@ -77,6 +87,9 @@ TEST(MegatronConformance, SkippedIterationsThenSopLossAndCutLine) {
   // "number of skipp" (cut) gives nothing for iteration 20.
   EXPECT_EQ(Select(all, EventKind::kTrainMetric, "skipped_iterations"),
             (std::vector<ParsedEvent>{Metric("skipped_iterations", 10, 10)}));
+  // Iteration 10 has no lm loss because its 10 iterations were all skipped (fp16 loss-scale
+  // warm-up): legitimate, not loss_missing.
+  EXPECT_EQ(Count(all, EventKind::kError), 0u);
 }
 
 TEST(MegatronConformance, BridgeTimestampAndExtraLosses) {
@@ -212,6 +225,61 @@ TEST(Megatron, ForeignAndBrokenLines) {
   EXPECT_EQ(big[1], Loss(1.0E+300, 6));
 }
 
+TEST(Megatron, LossMissingOnlyWhenTheCountersLeaveNoExcuse) {
+  const std::string head =
+      " iteration      300/  500000 | consumed samples:          300 | "
+      "elapsed time per iteration (ms): 900.0 | learning rate: 1.0E-04 | global batch size:     1 | "
+      "loss scale: 1.0 | ";
+  auto errors = [](const std::vector<ParsedEvent>& out) { return Select(out, EventKind::kError); };
+  {
+    auto p = MakeMegatronParser();
+    // Nothing skipped, no loss, a finite grad norm: flagged, with the grad norm as printed (a
+    // mean loss <= 0 is dropped too).
+    const std::string line = head + "grad norm: 0.000 | number of skipped iterations:   0 |";
+    const auto e = errors(ParseOne(*p, line));
+    ASSERT_EQ(e.size(), 1u);
+    EXPECT_EQ(e[0].name, kErrorLossMissing);
+    EXPECT_EQ(e[0].step, 300);
+    EXPECT_EQ(e[0].attrs, (std::vector<std::pair<std::string, std::string>>{{"grad_norm", "0.000"}}));
+    EXPECT_EQ(e[0].text, line);
+    // No grad norm printed: no attr.
+    const auto bare =
+        errors(ParseOne(*p, head + "number of skipped iterations:   0 | number of nan iterations:   0 |"));
+    ASSERT_EQ(bare.size(), 1u);
+    EXPECT_TRUE(bare[0].attrs.empty());
+    // Some iterations skipped: the interval's length is not printed, so the skips may explain it.
+    EXPECT_TRUE(
+        errors(ParseOne(*p, head + "number of skipped iterations:   3 | number of nan iterations:   0 |"))
+            .empty());
+    // nan > 0: Megatron counted it; nan_loss says so, not loss_missing.
+    const auto nan =
+        errors(ParseOne(*p, head + "number of skipped iterations:   0 | number of nan iterations:   2 |"));
+    ASSERT_EQ(nan.size(), 1u);
+    EXPECT_EQ(nan[0].name, kErrorNanLoss);
+    // No whole skipped counter (cut before or inside it, or a line without counters): the line may
+    // not have reached the place of the loss, or says nothing about skips.
+    EXPECT_TRUE(errors(ParseOne(*p, head + "grad norm: n")).empty());
+    EXPECT_TRUE(errors(ParseOne(*p, head)).empty());
+    EXPECT_TRUE(errors(ParseOne(*p, head + "grad norm: nan | number of skipped iterations:   0")).empty());
+    // A plain "loss" is the main loss too.
+    EXPECT_TRUE(errors(ParseOne(*p, head + "loss: 2.5 | number of skipped iterations:   0 |")).empty());
+  }
+  {
+    // A model whose main loss has another name (ICT) never prints lm loss: not flagged ...
+    auto p = MakeMegatronParser();
+    EXPECT_TRUE(
+        errors(ParseOne(*p, head + "retriever loss: 2.1E+00 | number of skipped iterations:   0 |")).empty());
+    // ... but once the stream printed lm loss, a line with only the extra loss lost its main one.
+    EXPECT_TRUE(
+        errors(ParseOne(*p, head + "lm loss: 9.9E+00 | sop loss: 0.8 | number of skipped iterations:   0 |"))
+            .empty());
+    const auto e =
+        errors(ParseOne(*p, head + "sop loss: 0.8 | grad norm: nan | number of skipped iterations:   0 |"));
+    ASSERT_EQ(e.size(), 1u);
+    EXPECT_EQ(e[0].name, kErrorLossMissing);
+    EXPECT_EQ(e[0].attrs, (std::vector<std::pair<std::string, std::string>>{{"grad_norm", "nan"}}));
+  }
+}
 
 TEST(MegatronParser, NanIterationsAboveZeroAreTheNanLossOfThisFormat) {
   auto parser = MakeMegatronParser();

@@ -90,7 +90,10 @@ class MegatronParser final : public FormatParser {
       e->attrs.emplace_back("total_steps", std::to_string(total));
     }
     bool have_lm_loss = false;
+    bool other_loss = false;    // "sop loss", "mtp_1 loss", ...: a loss field that is not the main one
+    bool skipped_zero = false;  // "number of skipped iterations:   0 |" was printed
     double nan_iterations = 0;
+    std::string_view grad_norm;  // as printed
     scan::FieldSplitter fields(text.substr(pos));
     std::string_view field;
     while (fields.Next(field)) {
@@ -107,6 +110,7 @@ class MegatronParser final : public FormatParser {
         continue;
       } else if (k == "lm loss" || (k == "loss" && !have_lm_loss)) {
         have_lm_loss = true;
+        seen_lm_loss_ = true;
         emit.Add(EventKind::kLoss, "loss", v, iteration);
         continue;
       } else if (k == "learning rate") {
@@ -115,6 +119,7 @@ class MegatronParser final : public FormatParser {
         metric = "loss_scale";
       } else if (k == "grad norm") {
         metric = "grad_norm";
+        grad_norm = kv.value;
       } else if (k == "params norm") {
         metric = "params_norm";
       } else if (k == "consumed samples") {
@@ -125,6 +130,7 @@ class MegatronParser final : public FormatParser {
         metric = "global_batch_size";
       } else if (k == "number of skipped iterations") {
         metric = "skipped_iterations";
+        skipped_zero = v == 0;
       } else if (k == "number of nan iterations") {
         metric = "nan_iterations";
         nan_iterations = v;
@@ -141,6 +147,7 @@ class MegatronParser final : public FormatParser {
         // Extra losses: "mtp_1 loss" -> loss_mtp_1, "seq_load_balancing_loss" -> loss_seq_load_balancing.
         const std::string stem = scan::SnakeCase(k.substr(0, k.size() - 5));
         if (!stem.empty()) emit.Add(EventKind::kTrainMetric, "loss_" + stem, v, iteration);
+        other_loss = true;
         continue;
       }
       if (metric != nullptr) emit.Add(EventKind::kTrainMetric, metric, v, iteration);
@@ -150,6 +157,30 @@ class MegatronParser final : public FormatParser {
     if (nan_iterations > 0) {
       if (ParsedEvent* e = emit.Add(EventKind::kError, kErrorNanLoss, std::nan(""), iteration)) {
         e->attrs.emplace_back("nan_iterations", std::to_string(static_cast<int64_t>(std::min(nan_iterations, 9.0e18))));
+        e->text = RedactedExcerpt(text, kMaxEventTextBytes);
+      }
+    }
+    // Megatron prints a loss only when its mean over the interval's advanced iterations is > 0:
+    // a NaN (or a sum <= 0) drops the field without a word. Its nan counter counts only NaNs of
+    // *skipped* iterations (the fp16 scaler's, hence nan <= skipped): a NaN of a bf16/fp32 run
+    // goes uncounted. A loss is legitimately absent when the interval's iterations were all
+    // skipped (fp16 loss-scale warm-up: "number of skipped iterations: 10" on a 10-iteration
+    // interval). The interval's length is not printed, so only "number of skipped iterations: 0"
+    // proves that every iteration advanced: then a missing loss is flagged. With skipped > 0 it is
+    // not (a partly skipped interval that lost its loss goes unreported); with nan > 0, nan_loss
+    // above says it. The skipped counter comes after the loss fields in every Megatron version
+    // (-LM, -DeepSpeed, -Core/Bridge), so a line whose skipped field is whole (closed by " |") got
+    // past the place of the loss: a line cut earlier, or with no counter, is not flagged; a line
+    // whose start was cut never gets here (it must start with "iteration"). A model whose main
+    // loss has another name (ICT's "retriever loss") prints no `lm loss` at all: a line with
+    // another loss field is flagged only once this stream has printed `lm loss` or `loss`.
+    if (skipped_zero && !have_lm_loss && nan_iterations == 0 && (!other_loss || seen_lm_loss_)) {
+      if (ParsedEvent* e = emit.Add(EventKind::kError, kErrorLossMissing, std::nan(""), iteration)) {
+        if (!grad_norm.empty()) {
+          const auto g = scan::ParseLooseNumber(grad_norm);
+          e->attrs.emplace_back("grad_norm",
+                                g && std::isnan(*g) ? std::string("nan") : std::string(grad_norm));
+        }
         e->text = RedactedExcerpt(text, kMaxEventTextBytes);
       }
     }
@@ -217,6 +248,7 @@ class MegatronParser final : public FormatParser {
   }
 
   int64_t async_iteration_ = -1;  // the iteration of the last scheduled async save
+  bool seen_lm_loss_ = false;     // an iteration line of this stream carried `lm loss` (or `loss`)
 };
 
 }  // namespace

@@ -43,7 +43,9 @@ inline constexpr size_t kMaxEventTextBytes = 512;  // error excerpts are cut to 
 // docs/joblog.md; parsers map each framework's spelling onto them):
 //   kStep           step = the step the line reports as completed (global step, 1-based as
 //                   the framework prints it); value = seconds per step if printed;
-//                   attrs: total_steps, epoch (when printed)
+//                   attrs: total_steps, epoch (when printed). A Lightning bar without
+//                   global_step= gives a derived batch index instead (lightning.cc), with attrs
+//                   epoch, batch, epoch_batches, source=bar
 //   kLoss           the training loss of that step: name "loss"; value may be NaN/Inf
 //   kTrainMetric    name in: lr, grad_norm, loss_scale, tokens_per_second, samples_per_second,
 //                   step_time_seconds, mfu, tflops, epoch, consumed_samples, skipped_iterations,
@@ -82,6 +84,11 @@ inline constexpr std::string_view kErrorCudaOom = "cuda_oom";
 inline constexpr std::string_view kErrorNanLoss = "nan_loss";             // loss printed as nan/inf
 inline constexpr std::string_view kErrorGradOverflow = "grad_overflow";   // fp16 scaler skipped a step
 inline constexpr std::string_view kErrorLossScaleMin = "loss_scale_min";  // scaler hit its floor
+// A Megatron iteration line without its mean loss although every iteration of the interval
+// advanced ("number of skipped iterations: 0", nan counter 0 or absent): the mean was NaN or <= 0
+// and Megatron dropped the field instead of printing it (megatron.cc). attrs: grad_norm (as
+// printed, "nan" for a NaN).
+inline constexpr std::string_view kErrorLossMissing = "loss_missing";
 inline constexpr std::string_view kErrorNcclTimeout = "nccl_timeout";     // watchdog: seq, op_type, timeout_ms
 inline constexpr std::string_view kErrorNcclWatchdogStuck = "nccl_watchdog_stuck";  // heartbeat monitor
 inline constexpr std::string_view kErrorNcclWarn = "nccl_warn";           // "NCCL WARN ..." (other than below)
