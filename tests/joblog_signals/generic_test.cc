@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "collect/joblog/parsers/parser.h"
+#include "testutil/testutil.h"
 
 namespace ithbat::collect::joblog {
 namespace {
@@ -165,6 +166,22 @@ TEST(GenericParserTest, DoesNotFireOnProseOrPlainLogLines) {
     EXPECT_FALSE(fired) << line;
     EXPECT_TRUE(ev.empty()) << line << " → " << (ev.empty() ? "" : ev[0].name);
   }
+}
+
+// A number after a loss word, closed by ':', labels the line ("Validation loss 6312:" — the
+// iteration of a validation result), it is not the loss: apex issue 493's script, read by a person.
+TEST(GenericParserConformance, LossWordWithNumberedLabelIsNoLoss) {
+  const auto lines =
+      ithbat::testing::SharedDataLines("training/apex-issue493-gradient-overflow-loss-spike.txt");
+  ASSERT_EQ(lines.size(), 28u);
+  ASSERT_EQ(lines[1], "Validation loss 6312:  0.149928  ");
+  for (const auto& line : lines) EXPECT_TRUE(One(line).empty()) << line;
+  // A step word's number may still end in ':' ("iter 100: loss 4.08").
+  auto iter = One("iter 100: loss 4.08, time 12ms");
+  ASSERT_NE(Find(iter, EventKind::kLoss), nullptr);
+  EXPECT_DOUBLE_EQ(Find(iter, EventKind::kLoss)->value, 4.08);
+  EXPECT_EQ(Find(iter, EventKind::kLoss)->step, 100);
+  EXPECT_TRUE(One("train loss 12: 0.5").empty());
 }
 
 TEST(GenericParserTest, BoundedPerLine) {

@@ -312,11 +312,14 @@ class GenericParser final : public FormatParser {
         consumed += k + 1;
       } else if (k > j && k < n && IsDigit(t[k])) {
         // "iter 100: loss 4.08, ..." — only step and loss words take a value without separator.
+        // A ':' may close the number of a step word ("iter 100:" labels the line) but not that of
+        // a loss word: in "Validation loss 6312:  0.1499" the number is part of the label (an
+        // iteration), not the loss.
         char buf[kMaxKeyBytes];
         const size_t len = SnakeCase(key, buf);
         const KeyRole role = Classify(std::string_view(buf, len));
         if (role == KeyRole::kStep || role == KeyRole::kLoss) {
-          ok = ReadValue(t.substr(k), &consumed, p, /*colon_ends=*/true);
+          ok = ReadValue(t.substr(k), &consumed, p, /*colon_ends=*/role == KeyRole::kStep);
           consumed += k;
         }
       }
