@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "cli/log_events.h"
 #include "collect/joblog/parsers/parser.h"
 #include "collect/joblog/text/line_assembler.h"
 #include "collect/joblog/text/redact.h"
@@ -99,57 +100,26 @@ void WriteLine(const nlohmann::json& j, std::FILE* out) {
   std::fwrite(text.data(), 1, text.size(), out);
 }
 
-// Reads `fd` to the end in blocks, through the same assembler and parser the agent uses; with no
-// parser, each line through the kernel-log reader the kmsg collector uses.
+// Reads `fd` to the end (log_events.h) and prints each event as a JSON line.
 std::optional<std::string> ParseStream(int fd, const std::string& name, StreamParser* parser, std::FILE* out,
                                        FileResult& result) {
-  LineAssembler assembler(collect::joblog::kMaxLineBytes);
-  std::vector<AssembledLine> lines;
-  std::vector<ParsedEvent> events;
-  std::array<char, 64 * 1024> buf;
-  uint64_t line_no = 0;  // ordinary lines completed so far; progress segments belong to the next
-  auto handle = [&](AssembledLine& l) {
-    const uint64_t number = line_no + 1;
-    if (!l.progress) line_no++;
-    if (parser == nullptr) {
-      // Kernel lines are the kernel's, stored as read (the collector does not redact them).
-      if (auto rec = collect::ParseKernelLogLine(l.text)) {
-        WriteLine(KernelEventJson(collect::XidEvent(*rec), name, number), out);
+  LogReadResult read;
+  auto failure = ReadLogEvents(
+      fd, name, parser,
+      [&](ParsedEvent& e, uint64_t line, bool progress, std::string_view framework) {
+        WriteLine(EventJson(e, name, line, progress, framework), out);
+        result.events++;
+        result.by_kind[std::string(EventKindName(e.kind))]++;
+      },
+      [&](Event e, uint64_t line) {
+        WriteLine(KernelEventJson(e, name, line), out);
         result.events++;
         result.by_kind["xid"]++;
-      }
-      return;
-    }
-    // Redacted before it is parsed, as the agent does (joblog_collector.cc, HandleLine).
-    collect::joblog::RedactSecrets(l.text);
-    events.clear();
-    parser->Parse(LineView{l.text, l.progress, 1}, events);
-    for (auto& e : events) {
-      // The same redaction the agent applies before an event is stored (docs/joblog.md).
-      collect::joblog::RedactSecrets(e.text);
-      for (auto& [k, v] : e.attrs) collect::joblog::RedactSecrets(v);
-      WriteLine(EventJson(e, name, number, l.progress, parser->framework()), out);
-      result.events++;
-      result.by_kind[std::string(EventKindName(e.kind))]++;
-    }
-  };
-  while (true) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fmt::format("{}: read failed: {}", name, std::strerror(errno));
-    }
-    if (n == 0) break;
-    lines.clear();
-    assembler.Feed(std::string_view(buf.data(), static_cast<size_t>(n)), 0, lines);
-    for (auto& l : lines) handle(l);
-  }
-  lines.clear();
-  assembler.Flush(0, lines);
-  for (auto& l : lines) handle(l);
-  result.lines = line_no;
-  result.framework = parser ? std::string(parser->framework()) : std::string(kKernelLogFormat);
-  return std::nullopt;
+      },
+      read);
+  result.lines = read.lines;
+  result.framework = read.framework;
+  return failure;
 }
 
 }  // namespace

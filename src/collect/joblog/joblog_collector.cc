@@ -535,52 +535,16 @@ void JobLogCollector::HandleLine(Proc& p, int stream, AssembledLine& line) {
 
 void JobLogCollector::EmitParsed(const Proc& p, int /*stream*/, const ParsedEvent& pe, TimeNs t,
                                  std::string_view framework) {
-  Event e;
-  e.time = t;
-  e.kind = pe.kind;
-  e.identity = p.identity;
-  if (pe.rank >= 0) e.identity.rank = pe.rank;
-  e.source = "joblog";
-  e.step = pe.step;
-  e.value = pe.value;
-  e.name = pe.name;
-  e.text = pe.text;
-  // Error events quote the line, which HandleLine redacted; a parser may join text from
-  // several lines (a traceback) and it leaves the node, so it is redacted once more (a no-op
-  // on text already redacted).
-  if (!e.text.empty()) RedactSecrets(e.text);
-  e.attrs = pe.attrs;
-  // Attribute values carry free text too (an error's message or reason, a host, a path, what
-  // a user pattern captured): redacted like the text.
-  for (auto& [k, v] : e.attrs) RedactSecrets(v);
-  if (!framework.empty()) e.attrs.emplace_back("framework", std::string(framework));
+  Event e = StoredEvent(p.identity, pe, t, framework);
   events_[pe.kind].value++;
   if (pe.kind == EventKind::kStep && pe.step >= 0) {
     if (options_.logged_steps != nullptr) {
       options_.logged_steps->Add(e.identity.job, e.identity.rank, pe.step, t);
     }
-    // Calibration: the span of one step, from the previous logged step of this rank to this
-    // one. A line written through a block-buffered pipe arrives late, so both ends may lag
-    // (README). Lines of one buffered write share one arrival time: no span from those (it
-    // would be zero-length). When only every Nth step is logged, the N steps between two lines
-    // are shared out evenly: the span of this step is (t - prev_t) / N, ending at t.
-    auto key = std::make_pair(e.identity.job, e.identity.rank);
-    auto it = last_step_.find(key);
-    std::optional<StepSpan> span;
-    if (it != last_step_.end() && it->second.first < pe.step && it->second.second < t) {
-      const int64_t steps = pe.step - it->second.first;
-      const TimeNs per_step = (t - it->second.second) / steps;
-      if (per_step > 0) span = StepSpan{pe.step, t - per_step, t};
-    } else if (std::isfinite(pe.value) && pe.value > 0 && pe.value < 86400) {
-      span = StepSpan{pe.step, t - static_cast<TimeNs>(pe.value * kNsPerSec), t};
-    }
-    if (span) {
+    // Calibration: the span of one step (step_spans.h). A line written through a block-buffered
+    // pipe arrives late, so both ends may lag (README).
+    if (auto span = step_spans_.Next(e.identity.job, e.identity.rank, pe.step, pe.value, t)) {
       if (auto s = sink_->RecordStep(e.identity.job, e.identity.rank, *span); !s) ReportError(s.error());
-    }
-    if (it == last_step_.end()) {
-      if (last_step_.size() < 65536) last_step_.emplace(key, std::make_pair(pe.step, t));
-    } else {
-      it->second = {pe.step, t};
     }
   }
   if (auto s = sink_->AppendEvent(std::move(e)); !s) ReportError(s.error());

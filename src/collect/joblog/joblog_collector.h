@@ -56,6 +56,8 @@
 #include "collect/joblog/ebpf_source.h"
 #include "collect/joblog/parsers/parser.h"
 #include "collect/joblog/tail_source.h"
+#include "collect/joblog/step_spans.h"
+#include "collect/joblog/stored_event.h"
 #include "collect/joblog/text/line_assembler.h"
 #include "collect/joblog/text/raw_ring.h"
 #include "core/metric.h"
@@ -189,7 +191,7 @@ class JobLogCollector final : public agent::Collector {
   std::map<int32_t, Identity> roots_;  // tracked roots now (not opted out)
   std::set<int32_t> opted_out_;
   std::unordered_map<int32_t, Proc> procs_;
-  std::map<std::pair<std::string, int32_t>, std::pair<int64_t, TimeNs>> last_step_;  // (job, rank)
+  StepSpans step_spans_;  // each rank's last logged step
   std::vector<CaptureRecord> records_;
   std::vector<AssembledLine> lines_;
   std::vector<ParsedEvent> parsed_;
