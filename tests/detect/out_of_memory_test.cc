@@ -22,6 +22,7 @@ struct Shape {
   int launches_until = 30;     // the rank's launch counter grows until this tick
   bool probes = true;          // the rank's launches were probed at all
   bool oom = true;
+  bool gpu_memory = true;      // NVML's memory of the GPU was sampled
 };
 
 FleetView Build(const Shape& s) {
@@ -41,8 +42,10 @@ FleetView Build(const Shape& s) {
     f.Series("n1", "ithbat_sched_oncpu_seconds_total", MetricType::kCounter, rank, launches);
   }
   testutil::Labels gpu = {{"gpu", "3"}, {"gpu_uuid", "GPU-3"}};
-  f.Series("n1", "ithbat_gpu_memory_used_bytes", MetricType::kGauge, gpu, used);
-  f.Series("n1", "ithbat_gpu_memory_total_bytes", MetricType::kGauge, gpu, total);
+  if (s.gpu_memory) {
+    f.Series("n1", "ithbat_gpu_memory_used_bytes", MetricType::kGauge, gpu, used);
+    f.Series("n1", "ithbat_gpu_memory_total_bytes", MetricType::kGauge, gpu, total);
+  }
   if (s.oom) {
     Event e;
     e.time = kOomAt;
@@ -107,6 +110,30 @@ TEST(OutOfMemory, AStoppedRankWithRoomLeftStillCountsAndNoErrorIsNothing) {
   Shape quiet;
   quiet.oom = false;
   EXPECT_TRUE(Detect(quiet).empty());
+}
+
+}  // namespace
+}  // namespace ithbat::detect
+
+namespace ithbat::detect {
+namespace {
+
+TEST(OutOfMemory, TheJobsWordAloneWhereNoCollectorCouldTellIsReportedAsOneCollector) {
+  // No GPU memory sample and no launch probe (an offline replay, a node without them): the error
+  // is reported with joblog evidence only, which the investigator keeps inconclusive.
+  Shape s;
+  s.probes = false;
+  s.gpu_memory = false;
+  auto f = Detect(s);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kOutOfMemory);
+  ASSERT_EQ(f[0].evidence.size(), 1u);
+  EXPECT_EQ(f[0].evidence[0].collector, "joblog");
+  EXPECT_NE(f[0].evidence[0].note.find("whether it was fatal is unknown"), std::string::npos);
+  // Where NVML sampled the GPU and it had room, the word alone is a caught OOM: nothing.
+  s.gpu_memory = true;
+  s.memory_share = 0.5;
+  EXPECT_TRUE(Detect(s).empty());
 }
 
 }  // namespace

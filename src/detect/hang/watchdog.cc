@@ -127,8 +127,8 @@ std::vector<Finding> DetectWatchdogTimeouts(const DetectInput& in) {
       std::vector<int32_t> behind;
       for (const auto& [op, ranks] : lowest_ops) behind.insert(behind.end(), ranks.begin(), ranks.end());
       named = silent.empty() ? behind : silent;
-      what = fmt::format("the ranks waited at different collectives (#{} to #{}); the furthest behind, rank{} {} at #{}, "
-                         "waited for a rank that never reached it{}",
+      what = fmt::format("the ranks waited at different collective numbers (#{} to #{}); if they count one process "
+                         "group, the furthest behind, rank{} {} at #{}, waited for a rank that never reached it{}",
                          lowest_seq, at.rbegin()->first, behind.size() == 1 ? "" : "s", fmt::join(behind, ","),
                          lowest_seq,
                          silent.empty() ? std::string(" (the world size is unknown: no rank can be named beyond them)")

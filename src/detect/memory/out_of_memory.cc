@@ -71,7 +71,17 @@ std::vector<Finding> DetectOutOfMemory(const DetectInput& in) {
       if (!used.empty() && !total.empty() && total[0].value > 0) share = used[0].value / total[0].value;
     }
     const bool full = share >= kOomMemoryShare;
-    if (!full && !stopped) continue;  // the job's word alone: one collector
+    // Whether the stores could have told a fatal OOM from a caught one: the GPU's memory was
+    // sampled, or the rank's launches were probed at all.
+    const bool could_tell =
+        std::isfinite(share) ||
+        !in.view.Samples(p->node, "ithbat_probe_launches_total" + pid_sel, kMinTime, in.now).empty();
+    // The job's word alone where the collectors looked and saw neither a full GPU nor a stop: a
+    // caught OOM (a retry with a smaller batch) or a transient one, no finding.
+    if (!full && !stopped && could_tell) continue;
+    // With neither collector's data (an offline replay of a log, a node without probes or
+    // NVML), the job's word is reported for what it is: one collector, an inconclusive OOM.
+    const bool word_alone = !full && !stopped;
     const double tried = Attr(e, "tried_bytes"), free = Attr(e, "free_bytes");
     Finding& f = by_job[job->id];
     if (f.subjects.job.empty()) {
@@ -86,7 +96,7 @@ std::vector<Finding> DetectOutOfMemory(const DetectInput& in) {
     const RankRef ref = p->Ref();
     if (std::find(f.subjects.ranks.begin(), f.subjects.ranks.end(), ref) != f.subjects.ranks.end()) continue;
     f.subjects.ranks.push_back(ref);
-    f.subjects.gpus.push_back(p->Gpu());
+    if (p->gpu >= 0 || !p->gpu_uuid.empty()) f.subjects.gpus.push_back(p->Gpu());
     if (std::find(f.subjects.nodes.begin(), f.subjects.nodes.end(), p->node) == f.subjects.nodes.end()) {
       f.subjects.nodes.push_back(p->node);
     }
@@ -100,6 +110,9 @@ std::vector<Finding> DetectOutOfMemory(const DetectInput& in) {
                                                                   : std::string())
                                 : fmt::format("rank {} printed CUDA out of memory", p->rank),
                             {t, t}));
+    if (word_alone) {
+      f.evidence.back().note += "; no GPU memory sample and no launch probe of it: whether it was fatal is unknown";
+    }
     if (full) {
       f.evidence.push_back(MakeEvidence("ithbat_gpu_memory_used_bytes", kCollectorGpu, gpu_name, 100 * share,
                               100 * kOomMemoryShare, "% of total",

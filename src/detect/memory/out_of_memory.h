@@ -9,7 +9,9 @@
 //    it on (the process died or the job tore down).
 // A rank that still launches kOomStopNs after the error caught it and went on (automatic
 // batch-size search, a retry with a smaller batch): no finding. The verdict waits kOomStopNs
-// to tell the two apart.
+// to tell the two apart. Where neither collector has any data on the rank (no GPU memory
+// sample, no launch probe: an offline replay of a log, a node without them), the error alone is
+// reported: one collector, so an inconclusive diagnosis that says what is missing.
 // → job: out_of_memory, subjects the job, the rank(s) and GPU(s) that printed it. Several ranks
 // running out in one window are one incident (the investigator merges by job).
 #include <vector>
