@@ -96,14 +96,26 @@ std::vector<Event> JobLosses(const FleetView& view, const JobView& job, TimeNs f
   q.from = from;
   q.to = to;
   q.limit = 200'000;
-  const auto events = view.Events(q);
+  auto events = view.Events(q);
+  // A step whose loss the framework dropped because it was not finite (Megatron omits `lm loss`
+  // then: the parsers' loss_missing) is a NaN point of the curve, where no loss was logged for it.
+  q.kinds = {EventKind::kError};
+  for (auto& e : view.Events(q)) {
+    if (e.name != "loss_missing" || e.step < 0) continue;
+    e.kind = EventKind::kLoss;
+    e.value = std::nan("");
+    events.push_back(std::move(e));
+  }
+  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.time < b.time; });
   const RankProcess* logger = job.LoggingProcess();
   std::map<int64_t, Event> by_step;
   for (int pass = 0; pass < 2 && by_step.empty(); ++pass) {
     for (const auto& e : events) {
       if (e.step < 0) continue;
       if (pass == 0 && logger != nullptr && e.identity.rank != logger->rank) continue;
-      by_step[e.step] = e;  // in time order: the last logged wins
+      // In time order: the last logged wins; a dropped loss only where no loss was logged.
+      if (e.name == "loss_missing" && by_step.count(e.step) > 0) continue;
+      by_step[e.step] = e;
     }
   }
   std::vector<Event> out;
@@ -149,7 +161,8 @@ std::vector<Finding> DetectDivergence(const DetectInput& in) {
     if (!b) continue;
     const auto& mine = losses[job.id];
     const std::vector<JobGpu> gpus = GpusOf(job);
-    if (gpus.empty()) continue;  // no GPU known: innocence cannot be judged
+    // No GPU known for its ranks (a replayed log, a job the GPU collector never tied): the
+    // divergence is still reported, and innocence cannot be judged: inconclusive below.
 
     // 2. Hardware innocence: deltas over the run up to the confirmed spike (a later fault did not
     //    cause it).
@@ -269,9 +282,12 @@ std::vector<Finding> DetectDivergence(const DetectInput& in) {
       e.subject = job.id;
       e.observed = b->value;
       e.expected = b->lowest;
-      e.note = fmt::format("the loss is {} at step {} against a lowest of {:.3g} before it (spike factor {:.0f})",
+      e.note = fmt::format("the loss is {} at step {} {} (spike factor {:.0f})",
                            std::isfinite(b->value) ? fmt::format("{:.3g}", b->value) : std::string("non-finite"),
-                           b->step, b->lowest, kLossSpikeFactor);
+                           b->step,
+                           std::isfinite(b->lowest) ? fmt::format("against a lowest of {:.3g} before it", b->lowest)
+                                                    : std::string("with no finite loss logged before it"),
+                           kLossSpikeFactor);
       e.window = {b->time, b->confirmed};
       f.evidence.push_back(e);
     }
@@ -319,7 +335,7 @@ std::vector<Finding> DetectDivergence(const DetectInput& in) {
       }
     }
     // Hardware innocence.
-    {
+    if (!gpus.empty()) {
       Evidence e;
       e.signal = "ithbat_gpu_xid_errors_total+ithbat_gpu_ecc_errors_total+ithbat_gpu_remapped_rows";
       e.collector = std::string(kCollectorGpu);
@@ -341,15 +357,21 @@ std::vector<Finding> DetectDivergence(const DetectInput& in) {
       f.evidence.push_back(e);
     }
     f.provable_at = b->confirmed;
-    const auto spike_text = std::isfinite(b->value) ? fmt::format("{:.3g}", b->value) : std::string("non-finite");
+    // "4.2 vs lowest 1.3", or what is known when no finite loss came before the break.
+    const auto spike_text =
+        (std::isfinite(b->value) ? fmt::format("{:.3g}", b->value) : std::string("non-finite")) +
+        (std::isfinite(b->lowest) ? fmt::format(" vs lowest {:.3g}", b->lowest)
+                                  : std::string(", no finite loss logged before it"));
     if (watched == 0 || !soft.empty()) {
       f.verdict = Verdict::kInconclusive;
       f.cause = Cause::kUnknown;
       f.confidence = 0.3;
-      f.summary = fmt::format("job {}'s loss diverged at step {} ({} vs lowest {:.3g}); the hardware is not proven "
+      f.summary = fmt::format("job {}'s loss diverged at step {} ({}); the hardware is not proven "
                               "innocent ({})",
-                              job.id, b->step, spike_text, b->lowest,
-                              watched == 0 ? "no NVML counters for its GPUs" : "NVLink/thermal signs on its GPUs");
+                              job.id, b->step, spike_text,
+                              gpus.empty()   ? "no GPU is known for its ranks"
+                              : watched == 0 ? "no NVML counters for its GPUs"
+                                             : "NVLink/thermal signs on its GPUs");
     } else if (confirmed_sdc) {
       f.verdict = Verdict::kInfrastructure;
       f.cause = Cause::kSilentDataCorruption;
@@ -357,9 +379,9 @@ std::vector<Finding> DetectDivergence(const DetectInput& in) {
       f.confidence = 0.85;
       for (const auto& g : gpus) f.subjects.gpus.push_back(g.ref);
       f.provable_at = std::max(b->confirmed, confirm_time);
-      f.summary = fmt::format("job {}'s loss diverged at step {} ({} vs lowest {:.3g}) with clean hardware counters, and "
+      f.summary = fmt::format("job {}'s loss diverged at step {} ({}) with clean hardware counters, and "
                               "the same recipe on other GPUs ({}) ran clean past step {}: silent data corruption on {}",
-                              job.id, b->step, spike_text, b->lowest, confirming->id, b->step + kSdcCleanPastSteps,
+                              job.id, b->step, spike_text, confirming->id, b->step + kSdcCleanPastSteps,
                               GpuList(gpus));
     } else {
       f.verdict = Verdict::kJob;
@@ -367,9 +389,9 @@ std::vector<Finding> DetectDivergence(const DetectInput& in) {
       f.provisional = !confirmed_recipe;
       f.confidence = confirmed_recipe ? 0.9 : 0.6;
       if (confirmed_recipe) f.provable_at = std::max(b->confirmed, confirm_time);
-      f.summary = fmt::format("job {}'s loss diverged at step {} ({} vs lowest {:.3g}) with zero hardware counter deltas "
+      f.summary = fmt::format("job {}'s loss diverged at step {} ({}) with zero hardware counter deltas "
                               "on its {} GPUs: {}",
-                              job.id, b->step, spike_text, b->lowest, counted,
+                              job.id, b->step, spike_text, counted,
                               confirmed_recipe ? fmt::format("the recipe — rerun {} diverged at the same point",
                                                              confirming->id)
                                                : std::string("recipe suspected until a rerun on other GPUs"));
