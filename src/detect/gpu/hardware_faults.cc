@@ -22,9 +22,10 @@ constexpr const char* kThermalReasons = "sw_thermal_slowdown|hw_thermal_slowdown
 
 // The job's output that says it was hurt: error classes a dying GPU or its peers print.
 bool IsConsequenceError(const std::string& name) {
-  static const std::set<std::string> kNames = {"ecc_uncorrectable", "nvlink_uncorrectable", "cuda_error",
-                                               "nan_loss",          "nccl_timeout",         "nccl_error",
-                                               "nccl_watchdog_stuck", "elastic_failure"};
+  static const std::set<std::string> kNames = {"ecc_uncorrectable",   "nvlink_uncorrectable", "cuda_error",
+                                               "nan_loss",            "loss_missing",         "nccl_timeout",
+                                               "nccl_error",          "nccl_watchdog_stuck",  "elastic_failure",
+                                               "nccl_net_error"};
   return kNames.count(name) > 0;
 }
 
@@ -503,9 +504,19 @@ std::vector<Finding> DetectHardwareFaults(const DetectInput& in) {
     f.cause = any_hw ? Cause::kGpuHardware : Cause::kDriver;
     f.verdict = corroborated ? Verdict::kInfrastructure : Verdict::kInconclusive;
     f.confidence = corroborated ? 0.9 : 0.4;
+    // Who saw the fault when nothing corroborates it (no consequence in the job's output):
+    // NVML's counters, the kernel log, or both.
+    bool by_gpu = false, by_kmsg = false;
+    for (const auto& e : f.evidence) {
+      by_gpu = by_gpu || e.collector == kCollectorGpu;
+      by_kmsg = by_kmsg || e.collector == kCollectorKmsg;
+    }
+    const std::string seen_by = by_gpu && by_kmsg ? "NVML and the kernel log"
+                                : by_kmsg        ? "the kernel log"
+                                                 : "NVML";
     f.summary = fmt::format("{} fault on {}{}{}", any_hw ? "GPU hardware" : "driver/firmware", fmt::join(described, "; "),
                             job != nullptr ? fmt::format(" under job {}", job->id) : std::string(),
-                            corroborated ? "" : " (seen by NVML only: not corroborated)");
+                            corroborated ? "" : fmt::format(" (seen by {} only: not corroborated)", seen_by));
     out.push_back(std::move(f));
   };
 

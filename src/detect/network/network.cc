@@ -1,5 +1,7 @@
 #include "detect/network/network.h"
 
+#include "detect/network/output_errors.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cctype>
@@ -460,6 +462,7 @@ class Fabric {
 std::vector<Finding> DetectNetwork(const DetectInput& in) {
   std::vector<Finding> out;
   Fabric(in).Run(out);
+  AddJobOutputNetworkErrors(in, out);
   return out;
 }
 
