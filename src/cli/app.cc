@@ -21,6 +21,7 @@
 #include "cli/evidence_commands.h"
 #include "cli/scenario_demo.h"
 #include "cli/parse_command.h"
+#include "cli/replay_command.h"
 #include "cli/scenario_command.h"
 #include "cli/version_info.h"
 #include "core/version.h"
@@ -54,6 +55,8 @@ struct CliState {
   CLI::App* metrics_doc_cmd = nullptr;
   ParseCommandOptions parse;
   CLI::App* parse_cmd = nullptr;
+  ReplayCommandOptions replay;
+  CLI::App* replay_cmd = nullptr;
   ScenarioCheckOptions scenario_check;
   CLI::App* scenario_check_cmd = nullptr;
   EvidenceCommands evidence;  // record, diagnose, report
@@ -112,6 +115,27 @@ void BuildApp(CLI::App& app, CliState& st) {
   st.parse_cmd->add_flag("--list", st.parse.list, "List the built-in parsers and exit");
   st.parse_cmd->add_flag("--summary", st.parse.summary, "Print lines, events and the detected framework per file on stderr");
   st.parse_cmd->add_option("files", st.parse.files, "Log files; - or nothing reads stdin");
+
+  st.replay_cmd = app.add_subcommand(
+      "replay",
+      "Run the diagnosis engine over log files and kernel-log lines someone handed over, as one node's "
+      "evidence, offline (docs/joblog.md)");
+  st.replay_cmd->add_option("--job", st.replay.job, "The job id the material is filed under")->capture_default_str();
+  st.replay_cmd->add_option("--node", st.replay.node, "The node name it is filed under")->capture_default_str();
+  st.replay_cmd->add_option("--world-size", st.replay.world_size,
+                            "The job's world size, when known (names the ranks that printed nothing)");
+  st.replay_cmd
+      ->add_option("--interval", st.replay.interval_seconds,
+                   "Seconds between two lines of a file (logs share no clock: line n is dated n intervals in)")
+      ->capture_default_str();
+  st.replay_cmd->add_option("--format", st.replay.format, "The job-output parser (as ithbat parse)")
+      ->capture_default_str();
+  st.replay_cmd->add_option("--kmsg", st.replay.kmsg, "A kernel-log file (dmesg, journalctl -k, syslog); repeatable");
+  st.replay_cmd->add_option("--price", st.replay.list_price_per_gpu_hour, "List price per GPU-hour, for the cost");
+  st.replay_cmd->add_flag("--json", st.replay.json, "Print schema v1 diagnosis lines only");
+  st.replay_cmd->add_flag("--trace", st.replay.trace, "Print what each detector measured");
+  st.replay_cmd->add_option("--color", st.replay.color, "auto, always or never")->capture_default_str();
+  st.replay_cmd->add_option("logs", st.replay.logs, "Job output files, one process each");
   CLI::App* scenario_cmd = app.add_subcommand("scenario", "Scenario files of the simulator (docs/scenarios.md)");
   scenario_cmd->require_subcommand(1);
   st.scenario_check_cmd = scenario_cmd->add_subcommand(
@@ -291,6 +315,7 @@ int Main(int argc, const char* const* argv) {
   }
   if (*st.metrics_doc_cmd) return RunMetricsDoc();
   if (*st.parse_cmd) return RunParseCommand(st.parse, stdout, stderr);
+  if (*st.replay_cmd) return RunReplayCommand(st.replay, stdout, stderr);
   if (*st.scenario_check_cmd) return RunScenarioCheck(st.scenario_check, stdout, stderr);
   if (int rc = RunEvidenceCommand(st.evidence, stdout, stderr); rc >= 0) return rc;
   st.hub.read_again = [args = std::vector<std::string>(argv + 1, argv + argc)]() -> Result<HubCommandOptions> {

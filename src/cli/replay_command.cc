@@ -1,0 +1,237 @@
+#include "cli/replay_command.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <utility>
+
+#include <fcntl.h>
+#include <fmt/core.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "cli/diagnosis_text.h"
+#include "cli/log_events.h"
+#include "collect/joblog/step_spans.h"
+#include "collect/joblog/stored_event.h"
+#include "investigate/diagnosis_json.h"
+#include "investigate/investigator.h"
+#include "store/store.h"
+
+namespace ithbat::cli {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitInput = 1;
+constexpr int kExitUsage = 2;
+
+// The collectors an agent runs besides the two a replay holds, and what each would have told
+// the engine (docs/diagnoses.md names them in every cause's evidence).
+constexpr std::pair<std::string_view, std::string_view> kAbsentCollectors[] = {
+    {"gpu", "NVML counters: utilisation, clocks and their throttle reasons, memory, ECC, NVLink, Xid by GPU"},
+    {"probes", "eBPF on libcuda/libnccl: launches, NCCL calls per rank, who arrives last"},
+    {"sched_io", "off-CPU time and file I/O latency of the ranks"},
+    {"node", "mounts, block devices, InfiniBand port counters"},
+    {"host", "CPU, memory and pressure of the node"},
+    {"serving", "inference servers' /metrics"},
+};
+
+std::string Plural(uint64_t n, std::string_view one, std::string_view many) {
+  return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+
+}  // namespace
+
+Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
+  if (options.logs.empty() && options.kmsg.empty())
+    return MakeError(ErrorCode::kInvalidArgument, "give at least one log file (or --kmsg FILE)");
+  if (options.logs.size() + options.kmsg.size() > kReplayMaxFiles)
+    return MakeErrorF(ErrorCode::kInvalidArgument, "at most {} files per replay", kReplayMaxFiles);
+  if (!(options.interval_seconds > 0) || options.interval_seconds > 3600)
+    return MakeError(ErrorCode::kInvalidArgument, "--interval must be above 0 and at most 3600 seconds");
+  if (options.job.empty() || options.node.empty())
+    return MakeError(ErrorCode::kInvalidArgument, "--job and --node must not be empty");
+
+  collect::joblog::StreamParserOptions so;
+  so.format = options.format;
+  if (auto probe = collect::joblog::StreamParser::Create(so); !probe) return std::unexpected(probe.error());
+
+  store::StoreOptions store_options;
+  store_options.retention = 0;  // nothing is dropped by age: a replay is all history
+  store_options.max_events = kReplayMaxEvents;
+  store_options.memory_budget_bytes = 1ull << 30;
+  auto opened = store::Store::Open(store_options);
+  if (!opened) return std::unexpected(opened.error());
+  store::Store& store = **opened;
+
+  ReplayResult result;
+  result.start = kReplayStart;
+  result.end = kReplayStart;
+  const TimeNs interval = static_cast<TimeNs>(std::llround(options.interval_seconds * 1e9));
+  auto time_of = [&](uint64_t line) { return kReplayStart + static_cast<TimeNs>(line - 1) * interval; };
+  auto store_event = [&](Event e) {
+    result.end = std::max(result.end, e.time);
+    if (store.AppendEvent(std::move(e))) {
+      result.events++;
+    } else {
+      result.dropped++;
+    }
+  };
+
+  // Job output: one stream per file; one number per (file, rank) in place of a pid.
+  collect::joblog::StepSpans spans;
+  std::map<std::pair<size_t, int32_t>, int32_t> stream_ids;
+  for (size_t i = 0; i < options.logs.size(); ++i) {
+    ReplayFile file;
+    file.path = options.logs[i];
+    auto parser = collect::joblog::StreamParser::Create(so);
+    const int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      file.failure = std::strerror(errno);
+      result.files.push_back(std::move(file));
+      continue;
+    }
+    LogReadResult read;
+    auto failure = ReadLogEvents(
+        fd, file.path, &*parser,
+        [&](collect::joblog::ParsedEvent& pe, uint64_t line, bool, std::string_view framework) {
+          Identity id;
+          id.node = options.node;
+          id.job = options.job;
+          id.world_size = options.world_size;
+          id.rank = pe.rank;
+          auto [it, fresh] = stream_ids.try_emplace({i, pe.rank}, static_cast<int32_t>(stream_ids.size() + 1));
+          id.pid = it->second;
+          const TimeNs t = time_of(line);
+          Event e = collect::joblog::StoredEvent(id, pe, t, framework);
+          file.by_kind[std::string(EventKindName(e.kind))]++;
+          if (e.kind == EventKind::kError) file.errors[e.name]++;
+          if (e.kind == EventKind::kStep && e.step >= 0) {
+            if (auto span = spans.Next(e.identity.job, e.identity.rank, e.step, e.value, t)) {
+              (void)store.RecordStep(e.identity.job, e.identity.rank, *span);
+            }
+          }
+          store_event(std::move(e));
+        },
+        [](Event, uint64_t) {}, read);
+    ::close(fd);
+    file.lines = read.lines;
+    file.framework = read.framework;
+    if (failure) file.failure = *failure;
+    result.end = std::max(result.end, read.lines > 0 ? time_of(read.lines) : kReplayStart);
+    result.files.push_back(std::move(file));
+  }
+
+  // Kernel logs: Xid events as the kmsg collector stores them, GPUs numbered by first appearance.
+  for (const auto& path : options.kmsg) {
+    ReplayFile file;
+    file.path = path;
+    file.kernel_log = true;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      file.failure = std::strerror(errno);
+      result.files.push_back(std::move(file));
+      continue;
+    }
+    LogReadResult read;
+    auto failure = ReadLogEvents(
+        fd, path, nullptr, [](collect::joblog::ParsedEvent&, uint64_t, bool, std::string_view) {},
+        [&](Event e, uint64_t line) {
+          e.time = time_of(line);
+          e.identity.node = options.node;
+          for (const auto& [k, v] : e.attrs) {
+            if (k != "pci" || v.empty()) continue;
+            auto [it, fresh] = result.gpus.try_emplace(v, static_cast<int32_t>(result.gpus.size()));
+            e.identity.gpu_index = it->second;
+          }
+          file.by_kind["xid"]++;
+          file.errors[fmt::format("xid {}", std::isfinite(e.value) ? static_cast<int64_t>(e.value) : -1)]++;
+          store_event(std::move(e));
+        },
+        read);
+    ::close(fd);
+    file.lines = read.lines;
+    file.framework = "kmsg";
+    if (failure) file.failure = *failure;
+    result.end = std::max(result.end, read.lines > 0 ? time_of(read.lines) : kReplayStart);
+    result.files.push_back(std::move(file));
+  }
+
+  std::map<std::string, std::unique_ptr<store::Store>> stores;
+  stores.emplace(options.node, std::move(*opened));
+  result.view = detect::FleetView::Owning(std::move(stores));
+  investigate::InvestigateOptions io;
+  io.list_price_per_gpu_hour = options.list_price_per_gpu_hour;
+  io.trace = &result.trace;
+  result.diagnoses = investigate::DiagnoseAsOf(result.view, kMinTime, result.end + kReplayTail, io);
+  return result;
+}
+
+int RunReplayCommand(const ReplayCommandOptions& options, std::FILE* out, std::FILE* err) {
+  auto replayed = Replay(options);
+  if (!replayed) {
+    fmt::print(err, "ithbat replay: {}\n", replayed.error().message);
+    return kExitUsage;
+  }
+  const ReplayResult& r = *replayed;
+  int rc = kExitOk;
+  for (const auto& f : r.files) {
+    if (!f.failure.empty()) {
+      fmt::print(err, "ithbat replay: {}: {}\n", f.path, f.failure);
+      rc = kExitInput;
+    }
+  }
+  if (options.json) {
+    for (const auto& d : r.diagnoses) {
+      fmt::print(out, "{}\n", investigate::ToJson(d).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
+    std::fflush(out);
+    return rc;
+  }
+
+  fmt::print(out, "replay: job {} on node {}, {} ({} apart from {}; the logs' own times are not read)\n",
+             options.job, options.node, Plural(r.files.size(), "file", "files"),
+             options.interval_seconds == 1.0 ? std::string("lines 1 s") : fmt::format("lines {} s", options.interval_seconds),
+             FormatRfc3339(r.start));
+  std::set<std::string> held;
+  for (const auto& f : r.files) {
+    if (!f.failure.empty()) {
+      fmt::print(out, "  {}: not read ({})\n", f.path, f.failure);
+      continue;
+    }
+    std::string kinds;
+    for (const auto& [k, n] : f.by_kind) kinds += fmt::format("{}{}={}", kinds.empty() ? "" : " ", k, n);
+    std::string errors;
+    for (const auto& [k, n] : f.errors) errors += fmt::format("{}{}×{}", errors.empty() ? "" : ", ", k, n);
+    fmt::print(out, "  {}{}: {}, {}{}{}\n", f.kernel_log ? "kernel log " : "", f.path, Plural(f.lines, "line", "lines"),
+               f.kernel_log ? std::string("") : fmt::format("framework {}, ", f.framework.empty() ? "none detected" : f.framework),
+               kinds.empty() ? "no events" : kinds, errors.empty() ? "" : fmt::format(" ({})", errors));
+    if (!f.by_kind.empty()) held.insert(f.kernel_log ? "kmsg" : "joblog");
+  }
+  for (const auto& [pci, index] : r.gpus) fmt::print(out, "  GPU {}:{} is the kernel log's PCI {}\n", options.node, index, pci);
+  if (r.dropped > 0) {
+    fmt::print(out, "  {} events over the replay's bound of {} were not stored\n", r.dropped, kReplayMaxEvents);
+  }
+  std::vector<std::string> absent;
+  for (const auto& [name, what] : kAbsentCollectors) absent.push_back(fmt::format("{} ({})", name, what));
+  fmt::print(out,
+             "  evidence held: {}. Not in a replay: {}. A verdict needs two collectors: what these files cannot "
+             "prove is inconclusive.\n\n",
+             held.empty() ? std::string("none") : fmt::format("{}", fmt::join(held, ", ")), fmt::join(absent, "; "));
+  const bool color = options.color == "always" ||
+                     (options.color == "auto" && ::isatty(::fileno(out)) == 1 && std::getenv("NO_COLOR") == nullptr);
+  fmt::print(out, "{}", FormatDiagnosesText(r.diagnoses, color));
+  if (options.trace || r.diagnoses.empty()) {
+    fmt::print(out, "\nwhat the detectors measured:\n");
+    if (r.trace.empty()) fmt::print(out, "  (nothing: no detector found material it reads)\n");
+    for (const auto& line : r.trace) fmt::print(out, "  {}\n", line);
+  }
+  std::fflush(out);
+  return rc;
+}
+
+}  // namespace ithbat::cli

@@ -1,0 +1,260 @@
+// `ithbat replay`: the diagnosis engine over real material someone handed over (../shared/data),
+// offline. Each test names what the material shows and checks the replay says it — and no more:
+// a log alone is one collector, so every diagnosis here is inconclusive and names what is missing.
+#include "cli/replay_command.h"
+
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "investigate/diagnosis_json.h"
+#include "testutil/testutil.h"
+
+namespace ithbat::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A copy of ../shared/data/<relative> without its '#' header lines, as the job wrote it.
+std::string Material(const testing::TempDir& dir, const std::string& relative) {
+  std::string body;
+  for (const auto& line : testing::SharedDataLines(relative)) body += line + "\n";
+  const std::string name = relative.substr(relative.rfind('/') + 1);
+  dir.WriteFile(name, body);
+  return (dir.path() / name).string();
+}
+
+std::set<int32_t> Ranks(const Diagnosis& d) {
+  std::set<int32_t> r;
+  for (const auto& x : d.subjects.ranks) r.insert(x.rank);
+  return r;
+}
+
+Diagnosis Only(const ReplayResult& r) {
+  EXPECT_EQ(r.diagnoses.size(), 1u);
+  return r.diagnoses.empty() ? Diagnosis{} : r.diagnoses.front();
+}
+
+TEST(ReplayCommand, NcclWatchdogTimeoutNamesTheRanksThatNeverArrived) {
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  o.logs = {Material(dir, "nccl/llamafactory-issue6269-watchdog-reduce-scatter.txt")};
+  o.world_size = 8;
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  const Diagnosis d = Only(*r);
+  EXPECT_EQ(d.cause, Cause::kHang);
+  EXPECT_EQ(d.verdict, Verdict::kInconclusive);  // the job's output alone is one collector
+  // Ranks 0, 4 and 3 timed out in _REDUCE_SCATTER_BASE #7753; the others of 8 printed nothing.
+  EXPECT_EQ(Ranks(d), (std::set<int32_t>{1, 2, 5, 6, 7}));
+  EXPECT_THAT(d.summary, HasSubstr("#7753 (_REDUCE_SCATTER_BASE)"));
+  std::set<std::string> waited;
+  for (const auto& e : d.evidence) waited.insert(e.subject);
+  EXPECT_EQ(waited, (std::set<std::string>{"rank 0", "rank 3", "rank 4"}));
+
+  // Without the world size nobody can be named: the replay says so instead of guessing.
+  o.world_size = -1;
+  auto unknown = Replay(o);
+  ASSERT_TRUE(unknown.has_value());
+  const Diagnosis u = Only(*unknown);
+  EXPECT_TRUE(u.subjects.ranks.empty());
+  EXPECT_THAT(u.summary, HasSubstr("world size is unknown"));
+}
+
+TEST(ReplayCommand, FallenOffTheBusIsAGpuHardwareFaultSeenInTheKernelLogOnly) {
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  o.kmsg = {Material(dir, "xid/bumblebee-issue554-fallen-off-bus-legacy.txt")};
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  const Diagnosis d = Only(*r);
+  EXPECT_EQ(d.cause, Cause::kGpuHardware);
+  EXPECT_EQ(d.verdict, Verdict::kInconclusive);
+  EXPECT_THAT(d.summary, HasSubstr("Xid 79"));
+  EXPECT_THAT(d.summary, HasSubstr("seen by the kernel log only"));
+  ASSERT_EQ(d.subjects.gpus.size(), 1u);
+  EXPECT_EQ(d.subjects.gpus[0].index, 0);
+  EXPECT_EQ(r->gpus.at("00000000:01:00.0"), 0);
+}
+
+TEST(ReplayCommand, GspTimeoutsAreTheDrivers) {
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  o.kmsg = {Material(dir, "xid/gpud-testdata-dmesg-xid-119-gsp-timeout.txt")};
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  const Diagnosis d = Only(*r);
+  EXPECT_EQ(d.cause, Cause::kDriver);
+  EXPECT_THAT(d.summary, HasSubstr("Xid 119"));
+}
+
+TEST(ReplayCommand, AMegatronLossThatVanishedIsADivergenceTheHardwareIsNotClearedOf) {
+  // "grad norm: nan" and no lm loss on three iterations, Megatron's NaN counter at 0.
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  o.logs = {Material(dir, "training/megatron-deepspeed-bigscience-issue396-grad-norm-nan.txt")};
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  const Diagnosis d = Only(*r);
+  EXPECT_EQ(d.verdict, Verdict::kInconclusive);
+  EXPECT_EQ(d.cause, Cause::kUnknown);  // nothing clears the GPUs: not even "recipe suspected"
+  EXPECT_THAT(d.summary, HasSubstr("diverged at step 5426"));
+  EXPECT_THAT(d.summary, HasSubstr("no GPU is known for its ranks"));
+}
+
+TEST(ReplayCommand, InfinibandRetriesExhaustedSuspectTheNetworkOrTheDeadPeer) {
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  o.logs = {Material(dir, "nccl/nccl-issue1405-ib-completion-ipv6-gid.txt")};
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  const Diagnosis d = Only(*r);
+  EXPECT_EQ(d.cause, Cause::kNetwork);
+  EXPECT_EQ(d.verdict, Verdict::kInconclusive);
+  EXPECT_THAT(d.summary, HasSubstr("IBV_WC_RETRY_EXC_ERR"));
+  EXPECT_THAT(d.summary, HasSubstr("or a peer that died"));
+}
+
+TEST(ReplayCommand, ALocalProtectionErrorIsNotTheFabric) {
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  o.logs = {Material(dir, "nccl/nccl-issue928-ib-old-format-error4-h100.txt")};
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  const Diagnosis d = Only(*r);
+  EXPECT_EQ(d.cause, Cause::kUnknown);
+  EXPECT_THAT(d.summary, HasSubstr("not the fabric"));
+}
+
+TEST(ReplayCommand, CudaOomWithoutGpuDataIsAnInconclusiveOutOfMemory) {
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  o.logs = {Material(dir, "training/cuda-oom-message-variants.txt")};
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  const Diagnosis d = Only(*r);
+  EXPECT_EQ(d.cause, Cause::kOutOfMemory);
+  EXPECT_EQ(d.verdict, Verdict::kInconclusive);
+  ASSERT_FALSE(d.evidence.empty());
+  EXPECT_THAT(d.evidence[0].note, HasSubstr("whether it was fatal is unknown"));
+}
+
+TEST(ReplayCommand, HealthyRunsGiveNoDiagnosis) {
+  testing::TempDir dir;
+  for (const char* healthy : {"training/megatron-llm-issue11-iterations.txt", "training/torchtitan-pr3393-grad-norm-format.txt",
+                              "training/nanogpt-issue178-healthy-start-mfu-minus100.txt",
+                              "training/lightning-issue3866-colab-style-bar-train-loss.txt"}) {
+    ReplayCommandOptions o;
+    o.logs = {Material(dir, healthy)};
+    auto r = Replay(o);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    EXPECT_TRUE(r->diagnoses.empty()) << healthy << ": " << r->diagnoses.front().summary;
+    EXPECT_GT(r->events, 0u) << healthy;
+  }
+}
+
+TEST(ReplayCommand, LinesAreDatedByTheirNumberFromAPlainlySyntheticStart) {
+  testing::TempDir dir;
+  dir.WriteFile("a.log", "iter 1: loss 4.0, time 100.00ms\niter 2: loss 3.9, time 100.00ms\n");
+  ReplayCommandOptions o;
+  o.logs = {(dir.path() / "a.log").string()};
+  o.interval_seconds = 2;
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r->start, kReplayStart);
+  EXPECT_EQ(r->end, kReplayStart + 2 * kNsPerSec);
+  store::EventQuery q;
+  q.kinds = {EventKind::kLoss};
+  auto events = r->view.Events(q);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].time, kReplayStart);
+  EXPECT_EQ(events[1].time, kReplayStart + 2 * kNsPerSec);
+  EXPECT_EQ(events[0].identity.job, "replay");
+  EXPECT_EQ(events[0].source, "joblog");
+  // The step timeline is rebuilt as the agent builds it (collect/joblog/step_spans.h).
+  EXPECT_EQ(r->view.Steps("replay", "replay", -1, kMinTime, kMaxTime).size(), 2u);
+}
+
+TEST(ReplayCommand, RanksOfOneFileAreStreamsOfTheirOwn) {
+  testing::TempDir dir;
+  dir.WriteFile("a.log",
+                "[rank0]: iter 1: loss 4.0, time 100.00ms\n"
+                "[rank1]: iter 1: loss 4.1, time 100.00ms\n");
+  ReplayCommandOptions o;
+  o.logs = {(dir.path() / "a.log").string()};
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value());
+  store::EventQuery q;
+  q.kinds = {EventKind::kLoss};
+  auto events = r->view.Events(q);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_NE(events[0].identity.pid, events[1].identity.pid);
+  EXPECT_EQ(events[1].identity.rank, 1);
+}
+
+TEST(ReplayCommand, BadInputIsAClearErrorAndLosesNothing) {
+  EXPECT_FALSE(Replay(ReplayCommandOptions{}).has_value());
+  ReplayCommandOptions bad_interval;
+  bad_interval.logs = {"/dev/null"};
+  bad_interval.interval_seconds = 0;
+  EXPECT_FALSE(Replay(bad_interval).has_value());
+  ReplayCommandOptions bad_format;
+  bad_format.logs = {"/dev/null"};
+  bad_format.format = "no-such-format";
+  EXPECT_FALSE(Replay(bad_format).has_value());
+
+  // A file that cannot be read is named (exit 1); the others are replayed.
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  o.logs = {(dir.path() / "missing.log").string(), Material(dir, "nccl/llamafactory-issue7396-watchdog-allreduce.txt")};
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  EXPECT_EQ(RunReplayCommand(o, out, err), 1);
+  std::rewind(out);
+  std::rewind(err);
+  std::string text, errors;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), out)) > 0) text.append(buf, n);
+  while ((n = std::fread(buf, 1, sizeof(buf), err)) > 0) errors.append(buf, n);
+  std::fclose(out);
+  std::fclose(err);
+  EXPECT_THAT(errors, HasSubstr("missing.log"));
+  EXPECT_THAT(text, HasSubstr("inconclusive: hang"));
+  EXPECT_THAT(text, HasSubstr("A verdict needs two collectors"));
+}
+
+TEST(ReplayCommand, JsonLinesAreSchemaV1) {
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  o.logs = {Material(dir, "nccl/ofa-issue271-watchdog-old-format-1800s.txt")};
+  o.kmsg = {Material(dir, "xid/gpud-pr46-xid13-xid109-dmesg-ctime.txt")};
+  o.json = true;
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  ASSERT_EQ(RunReplayCommand(o, out, err), 0);
+  std::rewind(out);
+  std::string text;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), out)) > 0) text.append(buf, n);
+  std::fclose(out);
+  std::fclose(err);
+  size_t lines = 0, start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    auto j = nlohmann::json::parse(text.substr(start, end - start));
+    EXPECT_TRUE(investigate::ValidateDiagnosisJson(j).has_value()) << j.dump();
+    ++lines;
+    start = end + 1;
+  }
+  EXPECT_GE(lines, 1u);
+}
+
+}  // namespace
+}  // namespace ithbat::cli
