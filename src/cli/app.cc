@@ -17,12 +17,12 @@
 #include "agent/runtime.h"
 #include "cli/agent_process.h"
 #include "cli/demo.h"
-#include "cli/hub_command.h"
 #include "cli/evidence_commands.h"
-#include "cli/scenario_demo.h"
+#include "cli/hub_command.h"
 #include "cli/parse_command.h"
 #include "cli/replay_command.h"
 #include "cli/scenario_command.h"
+#include "cli/scenario_demo.h"
 #include "cli/version_info.h"
 #include "core/version.h"
 #include "serve/http_server.h"
@@ -120,18 +120,23 @@ void BuildApp(CLI::App& app, CliState& st) {
       "replay",
       "Run the diagnosis engine over log files and kernel-log lines someone handed over, as one node's "
       "evidence, offline (docs/joblog.md)");
-  st.replay_cmd->add_option("--job", st.replay.job, "The job id the material is filed under")->capture_default_str();
-  st.replay_cmd->add_option("--node", st.replay.node, "The node name it is filed under")->capture_default_str();
+  st.replay_cmd->add_option("--job", st.replay.job, "The job id the material is filed under")
+      ->capture_default_str();
+  st.replay_cmd->add_option("--node", st.replay.node, "The node name it is filed under")
+      ->capture_default_str();
   st.replay_cmd->add_option("--world-size", st.replay.world_size,
                             "The job's world size, when known (names the ranks that printed nothing)");
   st.replay_cmd
-      ->add_option("--interval", st.replay.interval_seconds,
-                   "Seconds between two lines of a file (logs share no clock: line n is dated n intervals in)")
+      ->add_option(
+          "--interval", st.replay.interval_seconds,
+          "Seconds between two lines of a file (logs share no clock: line n is dated n intervals in)")
       ->capture_default_str();
   st.replay_cmd->add_option("--format", st.replay.format, "The job-output parser (as ithbat parse)")
       ->capture_default_str();
-  st.replay_cmd->add_option("--kmsg", st.replay.kmsg, "A kernel-log file (dmesg, journalctl -k, syslog); repeatable");
-  st.replay_cmd->add_option("--price", st.replay.list_price_per_gpu_hour, "List price per GPU-hour, for the cost");
+  st.replay_cmd->add_option("--kmsg", st.replay.kmsg,
+                            "A kernel-log file (dmesg, journalctl -k, syslog); repeatable");
+  st.replay_cmd->add_option("--price", st.replay.list_price_per_gpu_hour,
+                            "List price per GPU-hour, for the cost");
   st.replay_cmd->add_flag("--json", st.replay.json, "Print schema v1 diagnosis lines only");
   st.replay_cmd->add_flag("--trace", st.replay.trace, "Print what each detector measured");
   st.replay_cmd->add_option("--color", st.replay.color, "auto, always or never")->capture_default_str();

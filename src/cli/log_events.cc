@@ -14,9 +14,9 @@
 
 namespace ithbat::cli {
 
-std::optional<std::string> ReadLogEvents(int fd, const std::string& name, collect::joblog::StreamParser* parser,
-                                         const JobLogEventFn& on_job, const KernelLogEventFn& on_kernel,
-                                         LogReadResult& result) {
+std::optional<std::string> ReadLogEvents(int fd, const std::string& name,
+                                         collect::joblog::StreamParser* parser, const JobLogEventFn& on_job,
+                                         const KernelLogEventFn& on_kernel, LogReadResult& result) {
   collect::joblog::LineAssembler assembler(collect::joblog::kMaxLineBytes);
   std::vector<collect::joblog::AssembledLine> lines;
   std::vector<collect::joblog::ParsedEvent> events;

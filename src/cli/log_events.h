@@ -22,16 +22,16 @@ struct LogReadResult {
 
 // A job-output event, with the 1-based number of the line it came from (a \r progress segment
 // carries the number of the line it belongs to) and the framework that owned the stream then.
-using JobLogEventFn =
-    std::function<void(collect::joblog::ParsedEvent& event, uint64_t line, bool progress, std::string_view framework)>;
+using JobLogEventFn = std::function<void(collect::joblog::ParsedEvent& event, uint64_t line, bool progress,
+                                         std::string_view framework)>;
 // A kernel-log Xid event as the kmsg collector builds it (time not set), with its line number.
 using KernelLogEventFn = std::function<void(Event event, uint64_t line)>;
 
 // Reads `fd` to its end. With a parser, every line goes through it and `on_job` sees each event;
 // without, every line through the kernel-log reader and `on_kernel` sees each Xid. Returns an
 // error message when a read fails (what was read before is delivered).
-std::optional<std::string> ReadLogEvents(int fd, const std::string& name, collect::joblog::StreamParser* parser,
-                                         const JobLogEventFn& on_job, const KernelLogEventFn& on_kernel,
-                                         LogReadResult& result);
+std::optional<std::string> ReadLogEvents(int fd, const std::string& name,
+                                         collect::joblog::StreamParser* parser, const JobLogEventFn& on_job,
+                                         const KernelLogEventFn& on_kernel, LogReadResult& result);
 
 }  // namespace ithbat::cli

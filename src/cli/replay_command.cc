@@ -104,7 +104,8 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
           id.job = options.job;
           id.world_size = options.world_size;
           id.rank = pe.rank;
-          auto [it, fresh] = stream_ids.try_emplace({i, pe.rank}, static_cast<int32_t>(stream_ids.size() + 1));
+          auto [it, fresh] =
+              stream_ids.try_emplace({i, pe.rank}, static_cast<int32_t>(stream_ids.size() + 1));
           id.pid = it->second;
           const TimeNs t = time_of(line);
           Event e = collect::joblog::StoredEvent(id, pe, t, framework);
@@ -187,7 +188,8 @@ int RunReplayCommand(const ReplayCommandOptions& options, std::FILE* out, std::F
   }
   if (options.json) {
     for (const auto& d : r.diagnoses) {
-      fmt::print(out, "{}\n", investigate::ToJson(d).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      fmt::print(out, "{}\n",
+                 investigate::ToJson(d).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
     std::fflush(out);
     return rc;
@@ -195,7 +197,8 @@ int RunReplayCommand(const ReplayCommandOptions& options, std::FILE* out, std::F
 
   fmt::print(out, "replay: job {} on node {}, {} ({} apart from {}; the logs' own times are not read)\n",
              options.job, options.node, Plural(r.files.size(), "file", "files"),
-             options.interval_seconds == 1.0 ? std::string("lines 1 s") : fmt::format("lines {} s", options.interval_seconds),
+             options.interval_seconds == 1.0 ? std::string("lines 1 s")
+                                             : fmt::format("lines {} s", options.interval_seconds),
              FormatRfc3339(r.start));
   std::set<std::string> held;
   for (const auto& f : r.files) {
@@ -207,23 +210,29 @@ int RunReplayCommand(const ReplayCommandOptions& options, std::FILE* out, std::F
     for (const auto& [k, n] : f.by_kind) kinds += fmt::format("{}{}={}", kinds.empty() ? "" : " ", k, n);
     std::string errors;
     for (const auto& [k, n] : f.errors) errors += fmt::format("{}{}×{}", errors.empty() ? "" : ", ", k, n);
-    fmt::print(out, "  {}{}: {}, {}{}{}\n", f.kernel_log ? "kernel log " : "", f.path, Plural(f.lines, "line", "lines"),
-               f.kernel_log ? std::string("") : fmt::format("framework {}, ", f.framework.empty() ? "none detected" : f.framework),
+    fmt::print(out, "  {}{}: {}, {}{}{}\n", f.kernel_log ? "kernel log " : "", f.path,
+               Plural(f.lines, "line", "lines"),
+               f.kernel_log
+                   ? std::string("")
+                   : fmt::format("framework {}, ", f.framework.empty() ? "none detected" : f.framework),
                kinds.empty() ? "no events" : kinds, errors.empty() ? "" : fmt::format(" ({})", errors));
     if (!f.by_kind.empty()) held.insert(f.kernel_log ? "kmsg" : "joblog");
   }
-  for (const auto& [pci, index] : r.gpus) fmt::print(out, "  GPU {}:{} is the kernel log's PCI {}\n", options.node, index, pci);
+  for (const auto& [pci, index] : r.gpus)
+    fmt::print(out, "  GPU {}:{} is the kernel log's PCI {}\n", options.node, index, pci);
   if (r.dropped > 0) {
-    fmt::print(out, "  {} events over the replay's bound of {} were not stored\n", r.dropped, kReplayMaxEvents);
+    fmt::print(out, "  {} events over the replay's bound of {} were not stored\n", r.dropped,
+               kReplayMaxEvents);
   }
   std::vector<std::string> absent;
   for (const auto& [name, what] : kAbsentCollectors) absent.push_back(fmt::format("{} ({})", name, what));
-  fmt::print(out,
-             "  evidence held: {}. Not in a replay: {}. A verdict needs two collectors: what these files cannot "
-             "prove is inconclusive.\n\n",
-             held.empty() ? std::string("none") : fmt::format("{}", fmt::join(held, ", ")), fmt::join(absent, "; "));
-  const bool color = options.color == "always" ||
-                     (options.color == "auto" && ::isatty(::fileno(out)) == 1 && std::getenv("NO_COLOR") == nullptr);
+  fmt::print(
+      out,
+      "  evidence held: {}. Not in a replay: {}. A verdict needs two collectors: what these files cannot "
+      "prove is inconclusive.\n\n",
+      held.empty() ? std::string("none") : fmt::format("{}", fmt::join(held, ", ")), fmt::join(absent, "; "));
+  const bool color = options.color == "always" || (options.color == "auto" && ::isatty(::fileno(out)) == 1 &&
+                                                   std::getenv("NO_COLOR") == nullptr);
   fmt::print(out, "{}", FormatDiagnosesText(r.diagnoses, color));
   if (options.trace || r.diagnoses.empty()) {
     fmt::print(out, "\nwhat the detectors measured:\n");

@@ -39,9 +39,9 @@ struct ReplayCommandOptions {
   std::vector<std::string> kmsg;  // kernel-log files (dmesg, dmesg -T, journalctl -k, syslog)
   std::string job = "replay";
   std::string node = "replay";
-  int32_t world_size = -1;       // the job's world size when known (names ranks that stayed silent)
+  int32_t world_size = -1;        // the job's world size when known (names ranks that stayed silent)
   double interval_seconds = 1.0;  // between two lines of a file
-  std::string format = "auto";   // the job-output parser (as `ithbat parse --format`)
+  std::string format = "auto";    // the job-output parser (as `ithbat parse --format`)
   double list_price_per_gpu_hour = 0;
   bool json = false;   // schema v1 diagnosis lines only
   bool trace = false;  // what each detector measured
@@ -54,9 +54,9 @@ struct ReplayFile {
   bool kernel_log = false;
   uint64_t lines = 0;
   std::string framework;
-  std::map<std::string, uint64_t> by_kind;   // event kind → count
-  std::map<std::string, uint64_t> errors;    // error class (or Xid code) → count
-  std::string failure;                       // why it could not be read, "" when it was
+  std::map<std::string, uint64_t> by_kind;  // event kind → count
+  std::map<std::string, uint64_t> errors;   // error class (or Xid code) → count
+  std::string failure;                      // why it could not be read, "" when it was
 };
 
 struct ReplayResult {

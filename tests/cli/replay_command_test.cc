@@ -146,9 +146,10 @@ TEST(ReplayCommand, CudaOomWithoutGpuDataIsAnInconclusiveOutOfMemory) {
 
 TEST(ReplayCommand, HealthyRunsGiveNoDiagnosis) {
   testing::TempDir dir;
-  for (const char* healthy : {"training/megatron-llm-issue11-iterations.txt", "training/torchtitan-pr3393-grad-norm-format.txt",
-                              "training/nanogpt-issue178-healthy-start-mfu-minus100.txt",
-                              "training/lightning-issue3866-colab-style-bar-train-loss.txt"}) {
+  for (const char* healthy :
+       {"training/megatron-llm-issue11-iterations.txt", "training/torchtitan-pr3393-grad-norm-format.txt",
+        "training/nanogpt-issue178-healthy-start-mfu-minus100.txt",
+        "training/lightning-issue3866-colab-style-bar-train-loss.txt"}) {
     ReplayCommandOptions o;
     o.logs = {Material(dir, healthy)};
     auto r = Replay(o);
@@ -211,7 +212,8 @@ TEST(ReplayCommand, BadInputIsAClearErrorAndLosesNothing) {
   // A file that cannot be read is named (exit 1); the others are replayed.
   testing::TempDir dir;
   ReplayCommandOptions o;
-  o.logs = {(dir.path() / "missing.log").string(), Material(dir, "nccl/llamafactory-issue7396-watchdog-allreduce.txt")};
+  o.logs = {(dir.path() / "missing.log").string(),
+            Material(dir, "nccl/llamafactory-issue7396-watchdog-allreduce.txt")};
   std::FILE* out = std::tmpfile();
   std::FILE* err = std::tmpfile();
   EXPECT_EQ(RunReplayCommand(o, out, err), 1);

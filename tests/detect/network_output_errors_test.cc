@@ -24,8 +24,12 @@ FleetView Build(const std::vector<std::string>& suspects) {
     e.identity.job = "5";
     e.identity.rank = static_cast<int32_t>(i);
     e.identity.pid = 200 + static_cast<int32_t>(i);
-    e.attrs = {{"host", "n1"}, {"peer", "10.0.0.9"}, {"transport", "ib"}, {"suspect", suspects[i]},
-               {"status_name", suspects[i] == "link_or_peer" ? "IBV_WC_RETRY_EXC_ERR" : "IBV_WC_WR_FLUSH_ERR"}};
+    e.attrs = {
+        {"host", "n1"},
+        {"peer", "10.0.0.9"},
+        {"transport", "ib"},
+        {"suspect", suspects[i]},
+        {"status_name", suspects[i] == "link_or_peer" ? "IBV_WC_RETRY_EXC_ERR" : "IBV_WC_WR_FLUSH_ERR"}};
     f.AddEvent("n1", e);
   }
   return f.TakeView();
@@ -55,7 +59,9 @@ TEST(NetworkOutputErrors, APeerThatClosedIsNotTheFabric) {
   EXPECT_EQ(f[0].verdict, Verdict::kInconclusive);
 }
 
-TEST(NetworkOutputErrors, AFlushAloneIsNoFindingOfItsOwn) { EXPECT_TRUE(Network(Build({"consequence"})).empty()); }
+TEST(NetworkOutputErrors, AFlushAloneIsNoFindingOfItsOwn) {
+  EXPECT_TRUE(Network(Build({"consequence"})).empty());
+}
 
 TEST(NetworkOutputErrors, EvidenceIsBounded) {
   auto f = Network(Build(std::vector<std::string>(50, "link_or_peer")));

@@ -22,7 +22,7 @@ struct Shape {
   int launches_until = 30;     // the rank's launch counter grows until this tick
   bool probes = true;          // the rank's launches were probed at all
   bool oom = true;
-  bool gpu_memory = true;      // NVML's memory of the GPU was sampled
+  bool gpu_memory = true;  // NVML's memory of the GPU was sampled
 };
 
 FleetView Build(const Shape& s) {

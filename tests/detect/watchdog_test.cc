@@ -1,12 +1,13 @@
 // The watchdog reader: NCCL watchdog timeouts of a job read together name the ranks the material
 // points at (desync, the rank behind, the silent rank). That the finding alone is an inconclusive
 // diagnosis (one collector) is checked on real logs by tests/cli/replay_command_test.cc.
-#include <gtest/gtest.h>
+#include "detect/hang/watchdog.h"
 
 #include <set>
 
+#include <gtest/gtest.h>
+
 #include "detect/detector.h"
-#include "detect/hang/watchdog.h"
 #include "testutil/synthetic_fleet.h"
 
 namespace ithbat::detect {
@@ -105,7 +106,8 @@ TEST(Watchdog, ARanksLaterTimeoutsAreNotMoreReports) {
   // Each rank's second line names the next collective: only its first counts (no false "behind").
   auto f = Detect(Build({{0, 50, "ALLREDUCE"}, {1, 50, "ALLREDUCE"}}, 2, /*extra_copy=*/true));
   ASSERT_EQ(f.size(), 1u);
-  EXPECT_NE(f[0].summary.find("every reporting rank waited in collective #50"), std::string::npos) << f[0].summary;
+  EXPECT_NE(f[0].summary.find("every reporting rank waited in collective #50"), std::string::npos)
+      << f[0].summary;
   EXPECT_TRUE(f[0].subjects.ranks.empty());
 }
 

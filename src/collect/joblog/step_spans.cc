@@ -4,8 +4,8 @@
 
 namespace ithbat::collect::joblog {
 
-std::optional<StepSpan> StepSpans::Next(const std::string& job, int32_t rank, int64_t step, double seconds_per_step,
-                                        TimeNs t) {
+std::optional<StepSpan> StepSpans::Next(const std::string& job, int32_t rank, int64_t step,
+                                        double seconds_per_step, TimeNs t) {
   auto key = std::make_pair(job, rank);
   auto it = last_.find(key);
   std::optional<StepSpan> span;

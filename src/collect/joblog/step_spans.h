@@ -27,7 +27,8 @@ class StepSpans {
 
   // The span of `step` logged by (job, rank) at `t`; `seconds_per_step` is the duration the line
   // printed (NaN or ≤ 0 when none).
-  std::optional<StepSpan> Next(const std::string& job, int32_t rank, int64_t step, double seconds_per_step, TimeNs t);
+  std::optional<StepSpan> Next(const std::string& job, int32_t rank, int64_t step, double seconds_per_step,
+                               TimeNs t);
 
  private:
   std::map<std::pair<std::string, int32_t>, std::pair<int64_t, TimeNs>> last_;  // (job, rank) → (step, time)

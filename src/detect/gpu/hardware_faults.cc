@@ -22,9 +22,9 @@ constexpr const char* kThermalReasons = "sw_thermal_slowdown|hw_thermal_slowdown
 
 // The job's output that says it was hurt: error classes a dying GPU or its peers print.
 bool IsConsequenceError(const std::string& name) {
-  static const std::set<std::string> kNames = {"ecc_uncorrectable",   "nvlink_uncorrectable", "cuda_error",
-                                               "nan_loss",            "loss_missing",         "nccl_timeout",
-                                               "nccl_error",          "nccl_watchdog_stuck",  "elastic_failure",
+  static const std::set<std::string> kNames = {"ecc_uncorrectable", "nvlink_uncorrectable", "cuda_error",
+                                               "nan_loss",          "loss_missing",         "nccl_timeout",
+                                               "nccl_error",        "nccl_watchdog_stuck",  "elastic_failure",
                                                "nccl_net_error"};
   return kNames.count(name) > 0;
 }
@@ -512,9 +512,10 @@ std::vector<Finding> DetectHardwareFaults(const DetectInput& in) {
       by_kmsg = by_kmsg || e.collector == kCollectorKmsg;
     }
     const std::string seen_by = by_gpu && by_kmsg ? "NVML and the kernel log"
-                                : by_kmsg        ? "the kernel log"
-                                                 : "NVML";
-    f.summary = fmt::format("{} fault on {}{}{}", any_hw ? "GPU hardware" : "driver/firmware", fmt::join(described, "; "),
+                                : by_kmsg         ? "the kernel log"
+                                                  : "NVML";
+    f.summary = fmt::format("{} fault on {}{}{}", any_hw ? "GPU hardware" : "driver/firmware",
+                            fmt::join(described, "; "),
                             job != nullptr ? fmt::format(" under job {}", job->id) : std::string(),
                             corroborated ? "" : fmt::format(" (seen by {} only: not corroborated)", seen_by));
     out.push_back(std::move(f));

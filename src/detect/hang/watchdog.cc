@@ -23,7 +23,8 @@ std::string AttrText(const Event& e, std::string_view name) {
 // A whole non-negative number as printed, or -1.
 int64_t AttrInt(const Event& e, std::string_view name) {
   const std::string v = AttrText(e, name);
-  if (v.empty() || v.size() > 18 || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
+  if (v.empty() || v.size() > 18 ||
+      !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return -1;
   return std::strtoll(v.c_str(), nullptr, 10);
 }
@@ -111,39 +112,43 @@ std::vector<Finding> DetectWatchdogTimeouts(const DetectInput& in) {
     std::vector<int32_t> named;
     std::string what;
     const auto& [lowest_seq, lowest_ops] = *at.begin();
-    const auto desync = std::find_if(at.begin(), at.end(), [](const auto& kv) { return kv.second.size() > 1; });
+    const auto desync =
+        std::find_if(at.begin(), at.end(), [](const auto& kv) { return kv.second.size() > 1; });
     if (desync != at.end()) {
       std::vector<std::string> sides;
       for (const auto& [op, ranks] : desync->second) {
-        sides.push_back(fmt::format("{} in {}", ranks.size() == 1 ? fmt::format("rank {}", ranks[0])
-                                                                  : fmt::format("ranks {}", fmt::join(ranks, ",")),
+        sides.push_back(fmt::format("{} in {}",
+                                    ranks.size() == 1 ? fmt::format("rank {}", ranks[0])
+                                                      : fmt::format("ranks {}", fmt::join(ranks, ",")),
                                     op.empty() ? "an unnamed operation" : op));
         named.insert(named.end(), ranks.begin(), ranks.end());
       }
-      what = fmt::format("desynchronised: at collective #{} {} — the ranks called different collectives at the same "
-                         "point (a rank-dependent code path)",
-                         desync->first, fmt::join(sides, ", "));
+      what = fmt::format(
+          "desynchronised: at collective #{} {} — the ranks called different collectives at the same "
+          "point (a rank-dependent code path)",
+          desync->first, fmt::join(sides, ", "));
     } else if (at.size() > 1) {
       std::vector<int32_t> behind;
       for (const auto& [op, ranks] : lowest_ops) behind.insert(behind.end(), ranks.begin(), ranks.end());
       named = silent.empty() ? behind : silent;
-      what = fmt::format("the ranks waited at different collective numbers (#{} to #{}); if they count one process "
-                         "group, the furthest behind, rank{} {} at #{}, waited for a rank that never reached it{}",
-                         lowest_seq, at.rbegin()->first, behind.size() == 1 ? "" : "s", fmt::join(behind, ","),
-                         lowest_seq,
-                         silent.empty() ? std::string(" (the world size is unknown: no rank can be named beyond them)")
-                                        : fmt::format("; no timeout from rank{} {}", silent.size() == 1 ? "" : "s",
-                                                      fmt::join(silent, ",")));
+      what = fmt::format(
+          "the ranks waited at different collective numbers (#{} to #{}); if they count one process "
+          "group, the furthest behind, rank{} {} at #{}, waited for a rank that never reached it{}",
+          lowest_seq, at.rbegin()->first, behind.size() == 1 ? "" : "s", fmt::join(behind, ","), lowest_seq,
+          silent.empty() ? std::string(" (the world size is unknown: no rank can be named beyond them)")
+                         : fmt::format("; no timeout from rank{} {}", silent.size() == 1 ? "" : "s",
+                                       fmt::join(silent, ",")));
     } else {
       named = silent;
       const std::string op = lowest_ops.begin()->first;
-      what = fmt::format("every reporting rank waited in collective #{} ({}){}", lowest_seq,
-                         op.empty() ? "operation not printed" : op,
-                         silent.empty()
-                             ? std::string("; the world size is unknown, so the rank that never entered it cannot be named")
-                             : fmt::format("; rank{} {} of {} printed no timeout: the one{} that never entered it",
-                                           silent.size() == 1 ? "" : "s", fmt::join(silent, ","), world,
-                                           silent.size() == 1 ? "" : "s"));
+      what = fmt::format(
+          "every reporting rank waited in collective #{} ({}){}", lowest_seq,
+          op.empty() ? "operation not printed" : op,
+          silent.empty()
+              ? std::string("; the world size is unknown, so the rank that never entered it cannot be named")
+              : fmt::format("; rank{} {} of {} printed no timeout: the one{} that never entered it",
+                            silent.size() == 1 ? "" : "s", fmt::join(silent, ","), world,
+                            silent.size() == 1 ? "" : "s"));
     }
     for (int32_t r : named) {
       if (r < 0) continue;
@@ -167,10 +172,11 @@ std::vector<Finding> DetectWatchdogTimeouts(const DetectInput& in) {
       e.observed = r.ran_ms >= 0 ? static_cast<double>(r.ran_ms) / 1e3 : 0;
       e.expected = r.timeout_ms >= 0 ? static_cast<double>(r.timeout_ms) / 1e3 : 0;
       e.unit = "seconds";
-      e.note = fmt::format("{} waited {} in {} #{} (watchdog timeout {})", e.subject,
-                           r.ran_ms >= 0 ? fmt::format("{:.1f} s", static_cast<double>(r.ran_ms) / 1e3) : "past its timeout",
-                           r.op.empty() ? "collective" : r.op, r.seq,
-                           r.timeout_ms >= 0 ? fmt::format("{:.0f} s", static_cast<double>(r.timeout_ms) / 1e3) : "?");
+      e.note = fmt::format(
+          "{} waited {} in {} #{} (watchdog timeout {})", e.subject,
+          r.ran_ms >= 0 ? fmt::format("{:.1f} s", static_cast<double>(r.ran_ms) / 1e3) : "past its timeout",
+          r.op.empty() ? "collective" : r.op, r.seq,
+          r.timeout_ms >= 0 ? fmt::format("{:.0f} s", static_cast<double>(r.timeout_ms) / 1e3) : "?");
       e.window = {r.ran_ms > 0 ? r.time - r.ran_ms * 1'000'000 : r.time, r.time};
       f.evidence.push_back(std::move(e));
     }

@@ -111,7 +111,8 @@ std::vector<Finding> DetectOutOfMemory(const DetectInput& in) {
                                 : fmt::format("rank {} printed CUDA out of memory", p->rank),
                             {t, t}));
     if (word_alone) {
-      f.evidence.back().note += "; no GPU memory sample and no launch probe of it: whether it was fatal is unknown";
+      f.evidence.back().note +=
+          "; no GPU memory sample and no launch probe of it: whether it was fatal is unknown";
     }
     if (full) {
       f.evidence.push_back(MakeEvidence("ithbat_gpu_memory_used_bytes", kCollectorGpu, gpu_name, 100 * share,

@@ -1,10 +1,8 @@
 #include "detect/network/network.h"
 
-#include "detect/network/output_errors.h"
-
 #include <algorithm>
-#include <charconv>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -13,6 +11,8 @@
 
 #include <fmt/core.h>
 #include <fmt/format.h>
+
+#include "detect/network/output_errors.h"
 
 namespace ithbat::detect {
 namespace {

@@ -28,8 +28,8 @@ std::string Describe(const Event& e) {
 }
 
 bool Names(const Finding& f, const std::string& job) {
-  return f.subjects.job == job ||
-         std::find(f.subjects.other_jobs.begin(), f.subjects.other_jobs.end(), job) != f.subjects.other_jobs.end();
+  return f.subjects.job == job || std::find(f.subjects.other_jobs.begin(), f.subjects.other_jobs.end(),
+                                            job) != f.subjects.other_jobs.end();
 }
 
 }  // namespace
@@ -52,10 +52,11 @@ void AddJobOutputNetworkErrors(const DetectInput& in, std::vector<Finding>& find
       std::vector<Evidence> ev;
       for (size_t i = 0; i < events.size() && i < kNetErrorMaxEvidence; ++i) {
         const Event& e = events[i];
-        ev.push_back(MakeEvidence("error{name=\"nccl_net_error\"}", kCollectorJoblog,
-                                  e.identity.rank >= 0 ? fmt::format("rank {}", e.identity.rank) : Describe(e), 1, 0,
-                                  "failures", fmt::format("NCCL {} transport: {}: {}", AttrOf(e, "transport"), Describe(e), meaning),
-                                  {e.time, e.time}));
+        ev.push_back(MakeEvidence(
+            "error{name=\"nccl_net_error\"}", kCollectorJoblog,
+            e.identity.rank >= 0 ? fmt::format("rank {}", e.identity.rank) : Describe(e), 1, 0, "failures",
+            fmt::format("NCCL {} transport: {}: {}", AttrOf(e, "transport"), Describe(e), meaning),
+            {e.time, e.time}));
       }
       if (events.size() > kNetErrorMaxEvidence) {
         ev.push_back(MakeEvidence("error{name=\"nccl_net_error\"}", kCollectorJoblog, "other failures",
@@ -70,7 +71,8 @@ void AddJobOutputNetworkErrors(const DetectInput& in, std::vector<Finding>& find
       for (const Event& e : events) {
         if (!e.identity.node.empty()) nodes.insert(e.identity.node);
         const RankRef ref{e.identity.rank, e.identity.local_rank, e.identity.node, e.identity.pid};
-        if (e.identity.rank >= 0 && std::find(f.subjects.ranks.begin(), f.subjects.ranks.end(), ref) == f.subjects.ranks.end())
+        if (e.identity.rank >= 0 &&
+            std::find(f.subjects.ranks.begin(), f.subjects.ranks.end(), ref) == f.subjects.ranks.end())
           f.subjects.ranks.push_back(ref);
       }
       f.subjects.nodes.assign(nodes.begin(), nodes.end());
@@ -78,7 +80,8 @@ void AddJobOutputNetworkErrors(const DetectInput& in, std::vector<Finding>& find
       f.provable_at = events.back().time;
     };
     static constexpr std::string_view kMeaning[][2] = {
-        {"link_or_peer", "retries exhausted: the link or switch port stopped passing traffic, or the peer died"},
+        {"link_or_peer",
+         "retries exhausted: the link or switch port stopped passing traffic, or the peer died"},
         {"peer", "the other side closed or refused the connection (its process most often died first)"},
         {"local", "refused on this host (memory registration or GPUDirect RDMA), not the fabric"},
         {"remote", "refused by the remote side (its registration or queue pair)"},
@@ -113,8 +116,10 @@ void AddJobOutputNetworkErrors(const DetectInput& in, std::vector<Finding>& find
       f.evidence = evidence_of(it->second, meaning("link_or_peer"));
       f.confidence = 0.4;
       f.summary = fmt::format(
-          "job {}: NCCL's InfiniBand transport gave up on {} transfer{} ({}): a link or switch port that stopped "
-          "passing traffic, or a peer that died — the ports' error counters (node collector) or the peer's own output "
+          "job {}: NCCL's InfiniBand transport gave up on {} transfer{} ({}): a link or switch port that "
+          "stopped "
+          "passing traffic, or a peer that died — the ports' error counters (node collector) or the peer's "
+          "own output "
           "decide",
           job, it->second.size(), it->second.size() == 1 ? "" : "s", Describe(it->second.front()));
       traced.push_back(f.summary);
@@ -132,8 +137,9 @@ void AddJobOutputNetworkErrors(const DetectInput& in, std::vector<Finding>& find
       subjects_of(f, it->second);
       f.evidence = evidence_of(it->second, meaning(suspect));
       f.confidence = 0.3;
-      f.summary = fmt::format("job {}: {} NCCL transport failure{} ({}): {}", job, it->second.size(),
-                              it->second.size() == 1 ? "" : "s", Describe(it->second.front()), meaning(suspect));
+      f.summary =
+          fmt::format("job {}: {} NCCL transport failure{} ({}): {}", job, it->second.size(),
+                      it->second.size() == 1 ? "" : "s", Describe(it->second.front()), meaning(suspect));
       traced.push_back(f.summary);
       findings.push_back(std::move(f));
     }

@@ -106,7 +106,8 @@ std::vector<Event> JobLosses(const FleetView& view, const JobView& job, TimeNs f
     e.value = std::nan("");
     events.push_back(std::move(e));
   }
-  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.time < b.time; });
+  std::stable_sort(events.begin(), events.end(),
+                   [](const Event& a, const Event& b) { return a.time < b.time; });
   const RankProcess* logger = job.LoggingProcess();
   std::map<int64_t, Event> by_step;
   for (int pass = 0; pass < 2 && by_step.empty(); ++pass) {
@@ -282,12 +283,12 @@ std::vector<Finding> DetectDivergence(const DetectInput& in) {
       e.subject = job.id;
       e.observed = b->value;
       e.expected = b->lowest;
-      e.note = fmt::format("the loss is {} at step {} {} (spike factor {:.0f})",
-                           std::isfinite(b->value) ? fmt::format("{:.3g}", b->value) : std::string("non-finite"),
-                           b->step,
-                           std::isfinite(b->lowest) ? fmt::format("against a lowest of {:.3g} before it", b->lowest)
-                                                    : std::string("with no finite loss logged before it"),
-                           kLossSpikeFactor);
+      e.note = fmt::format(
+          "the loss is {} at step {} {} (spike factor {:.0f})",
+          std::isfinite(b->value) ? fmt::format("{:.3g}", b->value) : std::string("non-finite"), b->step,
+          std::isfinite(b->lowest) ? fmt::format("against a lowest of {:.3g} before it", b->lowest)
+                                   : std::string("with no finite loss logged before it"),
+          kLossSpikeFactor);
       e.window = {b->time, b->confirmed};
       f.evidence.push_back(e);
     }
@@ -366,12 +367,13 @@ std::vector<Finding> DetectDivergence(const DetectInput& in) {
       f.verdict = Verdict::kInconclusive;
       f.cause = Cause::kUnknown;
       f.confidence = 0.3;
-      f.summary = fmt::format("job {}'s loss diverged at step {} ({}); the hardware is not proven "
-                              "innocent ({})",
-                              job.id, b->step, spike_text,
-                              gpus.empty()   ? "no GPU is known for its ranks"
-                              : watched == 0 ? "no NVML counters for its GPUs"
-                                             : "NVLink/thermal signs on its GPUs");
+      f.summary = fmt::format(
+          "job {}'s loss diverged at step {} ({}); the hardware is not proven "
+          "innocent ({})",
+          job.id, b->step, spike_text,
+          gpus.empty()   ? "no GPU is known for its ranks"
+          : watched == 0 ? "no NVML counters for its GPUs"
+                         : "NVLink/thermal signs on its GPUs");
     } else if (confirmed_sdc) {
       f.verdict = Verdict::kInfrastructure;
       f.cause = Cause::kSilentDataCorruption;
@@ -379,22 +381,22 @@ std::vector<Finding> DetectDivergence(const DetectInput& in) {
       f.confidence = 0.85;
       for (const auto& g : gpus) f.subjects.gpus.push_back(g.ref);
       f.provable_at = std::max(b->confirmed, confirm_time);
-      f.summary = fmt::format("job {}'s loss diverged at step {} ({}) with clean hardware counters, and "
-                              "the same recipe on other GPUs ({}) ran clean past step {}: silent data corruption on {}",
-                              job.id, b->step, spike_text, confirming->id, b->step + kSdcCleanPastSteps,
-                              GpuList(gpus));
+      f.summary = fmt::format(
+          "job {}'s loss diverged at step {} ({}) with clean hardware counters, and "
+          "the same recipe on other GPUs ({}) ran clean past step {}: silent data corruption on {}",
+          job.id, b->step, spike_text, confirming->id, b->step + kSdcCleanPastSteps, GpuList(gpus));
     } else {
       f.verdict = Verdict::kJob;
       f.cause = Cause::kRecipeNumerics;
       f.provisional = !confirmed_recipe;
       f.confidence = confirmed_recipe ? 0.9 : 0.6;
       if (confirmed_recipe) f.provable_at = std::max(b->confirmed, confirm_time);
-      f.summary = fmt::format("job {}'s loss diverged at step {} ({}) with zero hardware counter deltas "
-                              "on its {} GPUs: {}",
-                              job.id, b->step, spike_text, counted,
-                              confirmed_recipe ? fmt::format("the recipe — rerun {} diverged at the same point",
-                                                             confirming->id)
-                                               : std::string("recipe suspected until a rerun on other GPUs"));
+      f.summary = fmt::format(
+          "job {}'s loss diverged at step {} ({}) with zero hardware counter deltas "
+          "on its {} GPUs: {}",
+          job.id, b->step, spike_text, counted,
+          confirmed_recipe ? fmt::format("the recipe — rerun {} diverged at the same point", confirming->id)
+                           : std::string("recipe suspected until a rerun on other GPUs"));
     }
     if (!rerun_note.empty() && (confirming != nullptr || pending != nullptr)) {
       const JobView* r = confirming != nullptr ? confirming : pending;

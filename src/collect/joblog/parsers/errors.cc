@@ -308,12 +308,17 @@ class ErrorParser final : public FormatParser {
   // "status=N" (net_ib / ib_plugin) or, before 2.19, "with error N".
   static std::string_view IbvStatusName(std::string_view digits) {
     static constexpr std::array<std::string_view, 22> kNames = {
-        "IBV_WC_SUCCESS",          "IBV_WC_LOC_LEN_ERR",     "IBV_WC_LOC_QP_OP_ERR",  "IBV_WC_LOC_EEC_OP_ERR",
-        "IBV_WC_LOC_PROT_ERR",     "IBV_WC_WR_FLUSH_ERR",    "IBV_WC_MW_BIND_ERR",    "IBV_WC_BAD_RESP_ERR",
-        "IBV_WC_LOC_ACCESS_ERR",   "IBV_WC_REM_INV_REQ_ERR", "IBV_WC_REM_ACCESS_ERR", "IBV_WC_REM_OP_ERR",
-        "IBV_WC_RETRY_EXC_ERR",    "IBV_WC_RNR_RETRY_EXC_ERR", "IBV_WC_LOC_RDD_VIOL_ERR",
-        "IBV_WC_REM_INV_RD_REQ_ERR", "IBV_WC_REM_ABORT_ERR", "IBV_WC_INV_EECN_ERR",   "IBV_WC_INV_EEC_STATE_ERR",
-        "IBV_WC_FATAL_ERR",        "IBV_WC_RESP_TIMEOUT_ERR", "IBV_WC_GENERAL_ERR"};
+        "IBV_WC_SUCCESS",           "IBV_WC_LOC_LEN_ERR",
+        "IBV_WC_LOC_QP_OP_ERR",     "IBV_WC_LOC_EEC_OP_ERR",
+        "IBV_WC_LOC_PROT_ERR",      "IBV_WC_WR_FLUSH_ERR",
+        "IBV_WC_MW_BIND_ERR",       "IBV_WC_BAD_RESP_ERR",
+        "IBV_WC_LOC_ACCESS_ERR",    "IBV_WC_REM_INV_REQ_ERR",
+        "IBV_WC_REM_ACCESS_ERR",    "IBV_WC_REM_OP_ERR",
+        "IBV_WC_RETRY_EXC_ERR",     "IBV_WC_RNR_RETRY_EXC_ERR",
+        "IBV_WC_LOC_RDD_VIOL_ERR",  "IBV_WC_REM_INV_RD_REQ_ERR",
+        "IBV_WC_REM_ABORT_ERR",     "IBV_WC_INV_EECN_ERR",
+        "IBV_WC_INV_EEC_STATE_ERR", "IBV_WC_FATAL_ERR",
+        "IBV_WC_RESP_TIMEOUT_ERR",  "IBV_WC_GENERAL_ERR"};
     if (digits.empty() || digits.size() > 2) return {};
     size_t v = 0;
     for (char c : digits) v = v * 10 + static_cast<size_t>(c - '0');
@@ -344,14 +349,16 @@ class ErrorParser final : public FormatParser {
       if (status.empty()) status = signals::DigitsAfter(msg, "with error ");
       const std::string_view name = IbvStatusName(status);
       std::string_view suspect = "unknown";
-      if (name == "IBV_WC_RETRY_EXC_ERR" || name == "IBV_WC_RNR_RETRY_EXC_ERR" || name == "IBV_WC_RESP_TIMEOUT_ERR")
+      if (name == "IBV_WC_RETRY_EXC_ERR" || name == "IBV_WC_RNR_RETRY_EXC_ERR" ||
+          name == "IBV_WC_RESP_TIMEOUT_ERR")
         suspect = "link_or_peer";
       else if (name == "IBV_WC_WR_FLUSH_ERR")
         suspect = "consequence";
-      else if (name == "IBV_WC_LOC_LEN_ERR" || name == "IBV_WC_LOC_QP_OP_ERR" || name == "IBV_WC_LOC_PROT_ERR" ||
-               name == "IBV_WC_LOC_ACCESS_ERR")
+      else if (name == "IBV_WC_LOC_LEN_ERR" || name == "IBV_WC_LOC_QP_OP_ERR" ||
+               name == "IBV_WC_LOC_PROT_ERR" || name == "IBV_WC_LOC_ACCESS_ERR")
         suspect = "local";
-      else if (name == "IBV_WC_REM_INV_REQ_ERR" || name == "IBV_WC_REM_ACCESS_ERR" || name == "IBV_WC_REM_OP_ERR")
+      else if (name == "IBV_WC_REM_INV_REQ_ERR" || name == "IBV_WC_REM_ACCESS_ERR" ||
+               name == "IBV_WC_REM_OP_ERR")
         suspect = "remote";
       return NetFailureKind{"ib", suspect};
     }

@@ -91,7 +91,7 @@ inline constexpr std::string_view kErrorLossScaleMin = "loss_scale_min";  // sca
 inline constexpr std::string_view kErrorLossMissing = "loss_missing";
 inline constexpr std::string_view kErrorNcclTimeout = "nccl_timeout";     // watchdog: seq, op_type, timeout_ms
 inline constexpr std::string_view kErrorNcclWatchdogStuck = "nccl_watchdog_stuck";  // heartbeat monitor
-inline constexpr std::string_view kErrorNcclWarn = "nccl_warn";           // "NCCL WARN ..." (other than below)
+inline constexpr std::string_view kErrorNcclWarn = "nccl_warn";  // "NCCL WARN ..." (other than below)
 // A NCCL WARN of the network transport: an InfiniBand/RoCE work completion with an error status,
 // or a socket transport failure. attr `suspect` says what the status points at (errors.cc).
 inline constexpr std::string_view kErrorNcclNetError = "nccl_net_error";
