@@ -120,6 +120,30 @@ TEST(Watchdog, ManyRanksGiveBoundedEvidence) {
   EXPECT_EQ(f[0].subjects.ranks.size(), 28u);
 }
 
+TEST(Watchdog, EveryRankInOneCollectivePointsBelowTheCalls) {
+  auto f = Detect(Build({{0, 9, "ALLREDUCE"}, {1, 9, "ALLREDUCE"}}, 2));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_TRUE(f[0].subjects.ranks.empty());
+  EXPECT_NE(f[0].summary.find("every rank of the 2 printed a timeout"), std::string::npos) << f[0].summary;
+  EXPECT_EQ(f[0].summary.find("unknown"), std::string::npos) << f[0].summary;
+}
+
+TEST(Watchdog, AnAbsurdWaitIsIgnoredNotOverflowed) {
+  SyntheticFleet fleet;
+  Event e;
+  e.time = kT0;
+  e.kind = EventKind::kError;
+  e.name = "nccl_timeout";
+  e.identity.job = "9";
+  e.identity.rank = 0;
+  e.identity.pid = 1;
+  e.attrs = {{"seq", "3"}, {"op_type", "ALLREDUCE"}, {"ran_ms", "999999999999999999"}};
+  fleet.AddEvent("n1", e);
+  auto f = Detect(fleet.TakeView());
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].window.start, kT0);
+}
+
 TEST(Watchdog, NoTimeoutNoFinding) {
   SyntheticFleet f;
   Event e;

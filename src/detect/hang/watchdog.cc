@@ -69,6 +69,8 @@ std::vector<Finding> DetectWatchdogTimeouts(const DetectInput& in) {
     r.op = AttrText(e, "op_type");
     r.timeout_ms = AttrInt(e, "timeout_ms");
     r.ran_ms = AttrInt(e, "ran_ms");
+    // Beyond a year a figure is not a wait a watchdog reports (and would overflow in ns).
+    if (r.ran_ms > kWatchdogMaxWaitMs) r.ran_ms = -1;
     r.time = e.time;
     ranks.emplace(r.rank, r);
   }
@@ -135,17 +137,22 @@ std::vector<Finding> DetectWatchdogTimeouts(const DetectInput& in) {
           "the ranks waited at different collective numbers (#{} to #{}); if they count one process "
           "group, the furthest behind, rank{} {} at #{}, waited for a rank that never reached it{}",
           lowest_seq, at.rbegin()->first, behind.size() == 1 ? "" : "s", fmt::join(behind, ","), lowest_seq,
-          silent.empty() ? std::string(" (the world size is unknown: no rank can be named beyond them)")
-                         : fmt::format("; no timeout from rank{} {}", silent.size() == 1 ? "" : "s",
-                                       fmt::join(silent, ",")));
+          !world_known    ? std::string(" (the world size is unknown: no rank can be named beyond them)")
+          : silent.empty() ? fmt::format(" (every rank of the {} printed a timeout)", world)
+                           : fmt::format("; no timeout from rank{} {}", silent.size() == 1 ? "" : "s",
+                                         fmt::join(silent, ",")));
     } else {
       named = silent;
       const std::string op = lowest_ops.begin()->first;
       what = fmt::format(
           "every reporting rank waited in collective #{} ({}){}", lowest_seq,
           op.empty() ? "operation not printed" : op,
-          silent.empty()
+          !world_known
               ? std::string("; the world size is unknown, so the rank that never entered it cannot be named")
+          : silent.empty()
+              ? fmt::format("; every rank of the {} printed a timeout in it: none is missing from this collective, "
+                            "so what holds it is below the ranks' calls (the transport or a GPU)",
+                            world)
               : fmt::format("; rank{} {} of {} printed no timeout: the one{} that never entered it",
                             silent.size() == 1 ? "" : "s", fmt::join(silent, ","), world,
                             silent.size() == 1 ? "" : "s"));

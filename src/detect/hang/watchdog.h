@@ -22,6 +22,7 @@
 // The job's output is one collector: by the two-collector rule (docs/diagnoses.md) this finding
 // alone is an inconclusive hang that names the suspects. Where the probes saw the same job stop
 // (hang.h), both findings are one incident and this one adds the job's own words to it.
+#include <cstdint>
 #include <vector>
 
 #include "core/finding.h"
@@ -32,6 +33,9 @@ namespace ithbat::detect {
 // Evidence lines per finding: one per reporting rank up to this many, then one line for the rest
 // (a 1024-rank job prints 1023 timeouts; the operator reads a few and the count).
 inline constexpr size_t kWatchdogMaxEvidence = 8;
+// A wait longer than a year is no watchdog's report (PyTorch's default timeout is 10 min; jobs
+// raise it to hours): such a figure is ignored.
+inline constexpr int64_t kWatchdogMaxWaitMs = 365LL * 24 * 3600 * 1000;
 
 std::vector<Finding> DetectWatchdogTimeouts(const DetectInput& in);
 
