@@ -62,7 +62,7 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
 
   store::StoreOptions store_options;
   store_options.retention = 0;  // nothing is dropped by age: a replay is all history
-  store_options.max_events = kReplayMaxEvents;
+  store_options.max_events = options.max_events > 0 ? std::min(options.max_events, kReplayMaxEvents) : kReplayMaxEvents;
   store_options.memory_budget_bytes = 1ull << 30;
   auto opened = store::Store::Open(store_options);
   if (!opened) return std::unexpected(opened.error());
@@ -162,6 +162,10 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
     result.files.push_back(std::move(file));
   }
 
+  // The event log keeps the newest kReplayMaxEvents and counts what it let go.
+  const uint64_t let_go = store.Stats().events_dropped;
+  result.dropped += let_go;
+  result.events -= std::min(result.events, let_go);
   std::map<std::string, std::unique_ptr<store::Store>> stores;
   stores.emplace(options.node, std::move(*opened));
   result.view = detect::FleetView::Owning(std::move(stores));
@@ -221,8 +225,8 @@ int RunReplayCommand(const ReplayCommandOptions& options, std::FILE* out, std::F
   for (const auto& [pci, index] : r.gpus)
     fmt::print(out, "  GPU {}:{} is the kernel log's PCI {}\n", options.node, index, pci);
   if (r.dropped > 0) {
-    fmt::print(out, "  {} events over the replay's bound of {} were not stored\n", r.dropped,
-               kReplayMaxEvents);
+    fmt::print(out, "  the oldest {} events were let go (a replay keeps {} at most): the diagnoses see the rest\n",
+               r.dropped, options.max_events > 0 ? std::min(options.max_events, kReplayMaxEvents) : kReplayMaxEvents);
   }
   std::vector<std::string> absent;
   for (const auto& [name, what] : kAbsentCollectors) absent.push_back(fmt::format("{} ({})", name, what));

@@ -43,6 +43,7 @@ struct ReplayCommandOptions {
   double interval_seconds = 1.0;  // between two lines of a file
   std::string format = "auto";    // the job-output parser (as `ithbat parse --format`)
   double list_price_per_gpu_hour = 0;
+  size_t max_events = 0;  // the store's bound; 0 = kReplayMaxEvents
   bool json = false;   // schema v1 diagnosis lines only
   bool trace = false;  // what each detector measured
   std::string color = "auto";
@@ -63,7 +64,7 @@ struct ReplayResult {
   std::vector<ReplayFile> files;
   std::map<std::string, int32_t> gpus;  // PCI address → the index the replay gave it
   TimeNs start = 0, end = 0;            // the material's synthetic span; the engine looks at `end`
-  uint64_t events = 0, dropped = 0;     // stored; refused by the store's bounds
+  uint64_t events = 0, dropped = 0;     // stored; refused or let go by the store's bounds
   std::vector<Diagnosis> diagnoses;
   std::vector<std::string> trace;
   detect::FleetView view;

@@ -231,6 +231,25 @@ TEST(ReplayCommand, BadInputIsAClearErrorAndLosesNothing) {
   EXPECT_THAT(text, HasSubstr("A verdict needs two collectors"));
 }
 
+TEST(ReplayCommand, TheEventBoundKeepsTheNewestAndCountsTheRest) {
+  testing::TempDir dir;
+  std::string body;
+  for (int i = 1; i <= 50; ++i) body += "iter " + std::to_string(i) + ": loss 4.0, time 100.00ms\n";
+  dir.WriteFile("long.log", body);
+  ReplayCommandOptions o;
+  o.logs = {(dir.path() / "long.log").string()};
+  o.max_events = 20;
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->events, 20u);
+  EXPECT_EQ(r->dropped, 80u);  // 50 lines give a step and a loss each
+  store::EventQuery q;
+  q.kinds = {EventKind::kLoss};
+  auto kept = r->view.Events(q);
+  ASSERT_FALSE(kept.empty());
+  EXPECT_EQ(kept.back().step, 50);
+}
+
 TEST(ReplayCommand, JsonLinesAreSchemaV1) {
   testing::TempDir dir;
   ReplayCommandOptions o;
