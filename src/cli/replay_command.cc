@@ -62,7 +62,8 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
 
   store::StoreOptions store_options;
   store_options.retention = 0;  // nothing is dropped by age: a replay is all history
-  store_options.max_events = options.max_events > 0 ? std::min(options.max_events, kReplayMaxEvents) : kReplayMaxEvents;
+  store_options.max_events =
+      options.max_events > 0 ? std::min(options.max_events, kReplayMaxEvents) : kReplayMaxEvents;
   store_options.memory_budget_bytes = 1ull << 30;
   auto opened = store::Store::Open(store_options);
   if (!opened) return std::unexpected(opened.error());
@@ -225,8 +226,10 @@ int RunReplayCommand(const ReplayCommandOptions& options, std::FILE* out, std::F
   for (const auto& [pci, index] : r.gpus)
     fmt::print(out, "  GPU {}:{} is the kernel log's PCI {}\n", options.node, index, pci);
   if (r.dropped > 0) {
-    fmt::print(out, "  the oldest {} events were let go (a replay keeps {} at most): the diagnoses see the rest\n",
-               r.dropped, options.max_events > 0 ? std::min(options.max_events, kReplayMaxEvents) : kReplayMaxEvents);
+    fmt::print(out,
+               "  the oldest {} events were let go (a replay keeps {} at most): the diagnoses see the rest\n",
+               r.dropped,
+               options.max_events > 0 ? std::min(options.max_events, kReplayMaxEvents) : kReplayMaxEvents);
   }
   std::vector<std::string> absent;
   for (const auto& [name, what] : kAbsentCollectors) absent.push_back(fmt::format("{} ({})", name, what));
