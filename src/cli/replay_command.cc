@@ -145,13 +145,18 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
         [&](Event e, uint64_t line) {
           e.time = time_of(line);
           e.identity.node = options.node;
+          // An SXid is an NVSwitch's, whose PCI address is no GPU: left unresolved, as the kmsg
+          // collector leaves it (NVML lists no such device).
+          const bool sxid = std::any_of(e.attrs.begin(), e.attrs.end(),
+                                        [](const auto& kv) { return kv.first == "sxid" && kv.second == "1"; });
           for (const auto& [k, v] : e.attrs) {
-            if (k != "pci" || v.empty()) continue;
+            if (sxid || k != "pci" || v.empty()) continue;
             auto [it, fresh] = result.gpus.try_emplace(v, static_cast<int32_t>(result.gpus.size()));
             e.identity.gpu_index = it->second;
           }
           file.by_kind["xid"]++;
-          file.errors[fmt::format("xid {}", std::isfinite(e.value) ? static_cast<int64_t>(e.value) : -1)]++;
+          file.errors[fmt::format("{} {}", sxid ? "sxid" : "xid",
+                                  std::isfinite(e.value) ? static_cast<int64_t>(e.value) : -1)]++;
           store_event(std::move(e));
         },
         read);

@@ -82,6 +82,20 @@ TEST(ReplayCommand, FallenOffTheBusIsAGpuHardwareFaultSeenInTheKernelLogOnly) {
   EXPECT_EQ(r->gpus.at("00000000:01:00.0"), 0);
 }
 
+TEST(ReplayCommand, AnNvswitchSxidIsNoGpu) {
+  testing::TempDir dir;
+  dir.WriteFile("kern.log",
+                "[ 1234.000001] nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 20034, Fatal, Link 46 LTSSM Fault Up\n");
+  ReplayCommandOptions o;
+  o.kmsg = {(dir.path() / "kern.log").string()};
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->gpus.empty());
+  EXPECT_TRUE(r->diagnoses.empty());
+  ASSERT_EQ(r->files.size(), 1u);
+  EXPECT_EQ(r->files[0].errors.count("sxid 20034"), 1u);
+}
+
 TEST(ReplayCommand, GspTimeoutsAreTheDrivers) {
   testing::TempDir dir;
   ReplayCommandOptions o;
