@@ -73,7 +73,18 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
   result.start = kReplayStart;
   result.end = kReplayStart;
   const TimeNs interval = static_cast<TimeNs>(std::llround(options.interval_seconds * 1e9));
-  auto time_of = [&](uint64_t line) { return kReplayStart + static_cast<TimeNs>(line - 1) * interval; };
+  // Saturates rather than overflows: a file of billions of lines at an hour apart ends at kMaxTime.
+  const uint64_t max_steps = static_cast<uint64_t>((kMaxTime - kReplayStart - kReplayTail) / interval);
+  auto time_of = [&](uint64_t line) {
+    const uint64_t n = line > 0 ? line - 1 : 0;
+    return kReplayStart + static_cast<TimeNs>(std::min(n, max_steps)) * interval;
+  };
+  // Per-file tallies by error class and (file, rank) streams are bounded: a hostile file may name
+  // a new class or rank on every line.
+  auto tally = [](std::map<std::string, uint64_t>& m, std::string key) {
+    if (m.size() >= kReplayMaxTallyKeys && m.count(key) == 0) key = "other";
+    m[key]++;
+  };
   auto store_event = [&](Event e) {
     result.end = std::max(result.end, e.time);
     if (store.AppendEvent(std::move(e))) {
@@ -105,13 +116,15 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
           id.job = options.job;
           id.world_size = options.world_size;
           id.rank = pe.rank;
-          auto [it, fresh] =
-              stream_ids.try_emplace({i, pe.rank}, static_cast<int32_t>(stream_ids.size() + 1));
-          id.pid = it->second;
+          auto it = stream_ids.find({i, pe.rank});
+          if (it == stream_ids.end() && stream_ids.size() < kReplayMaxStreams)
+            it = stream_ids.emplace(std::make_pair(i, pe.rank), static_cast<int32_t>(stream_ids.size() + 1)).first;
+          // Past the bound, further streams share one number (their ranks still tell them apart).
+          id.pid = it != stream_ids.end() ? it->second : static_cast<int32_t>(kReplayMaxStreams + 1);
           const TimeNs t = time_of(line);
           Event e = collect::joblog::StoredEvent(id, pe, t, framework);
           file.by_kind[std::string(EventKindName(e.kind))]++;
-          if (e.kind == EventKind::kError) file.errors[e.name]++;
+          if (e.kind == EventKind::kError) tally(file.errors, e.name);
           if (e.kind == EventKind::kStep && e.step >= 0) {
             if (auto span = spans.Next(e.identity.job, e.identity.rank, e.step, e.value, t)) {
               (void)store.RecordStep(e.identity.job, e.identity.rank, *span);
@@ -155,8 +168,8 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
             e.identity.gpu_index = it->second;
           }
           file.by_kind["xid"]++;
-          file.errors[fmt::format("{} {}", sxid ? "sxid" : "xid",
-                                  std::isfinite(e.value) ? static_cast<int64_t>(e.value) : -1)]++;
+          tally(file.errors, fmt::format("{} {}", sxid ? "sxid" : "xid",
+                                         std::isfinite(e.value) ? static_cast<int64_t>(e.value) : -1));
           store_event(std::move(e));
         },
         read);

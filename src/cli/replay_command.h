@@ -80,6 +80,10 @@ inline constexpr TimeNs kReplayTail = 60 * kNsPerSec;
 // Bounds of the in-memory store: a replay reads files someone handed over.
 inline constexpr size_t kReplayMaxEvents = 2'000'000;
 inline constexpr size_t kReplayMaxFiles = 4096;
+// (file, rank) streams given a number of their own (a job of 100 000 ranks in one file fits).
+inline constexpr size_t kReplayMaxStreams = 1 << 17;
+// Distinct error classes or Xid codes tallied per file; the rest count as "other".
+inline constexpr size_t kReplayMaxTallyKeys = 256;
 
 Result<ReplayResult> Replay(const ReplayCommandOptions& options);
 

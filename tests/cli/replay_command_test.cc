@@ -264,6 +264,24 @@ TEST(ReplayCommand, TheEventBoundKeepsTheNewestAndCountsTheRest) {
   EXPECT_EQ(kept.back().step, 50);
 }
 
+TEST(ReplayCommand, HostileMaterialIsBounded) {
+  // A kernel log naming a new Xid code on every line: the tally stops growing at its bound.
+  testing::TempDir dir;
+  std::string body;
+  for (int code = 1; code <= 400; ++code)
+    body += "NVRM: Xid (PCI:0000:3b:00): " + std::to_string(code) + ", pid=1, name=python, Ch 00000008\n";
+  dir.WriteFile("kern.log", body);
+  ReplayCommandOptions o;
+  o.kmsg = {(dir.path() / "kern.log").string()};
+  o.interval_seconds = 3600;
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->files.size(), 1u);
+  EXPECT_EQ(r->files[0].errors.size(), kReplayMaxTallyKeys + 1);
+  EXPECT_GT(r->files[0].errors.at("other"), 0u);
+  EXPECT_EQ(r->end, kReplayStart + 399LL * 3600 * kNsPerSec);
+}
+
 TEST(ReplayCommand, JsonLinesAreSchemaV1) {
   testing::TempDir dir;
   ReplayCommandOptions o;
