@@ -1,9 +1,12 @@
 #include "cli/diagnosis_text.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include <fmt/core.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "investigate/diagnosis_json.h"
 
@@ -107,6 +110,23 @@ std::string FormatDiagnosesText(const std::vector<Diagnosis>& ds, bool color) {
     out += FormatDiagnosisText(ds[k], color);
   }
   return out;
+}
+
+bool UseColor(const std::string& mode, std::FILE* out) {
+  if (mode == "always") return true;
+  if (mode == "never") return false;
+  return ::isatty(::fileno(out)) == 1 && std::getenv("NO_COLOR") == nullptr;
+}
+
+void PrintDiagnoses(const std::vector<Diagnosis>& ds, bool json, bool color, std::FILE* out) {
+  if (json) {
+    for (const auto& d : ds) {
+      fmt::print(out, "{}\n",
+                 investigate::ToJson(d).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
+  } else {
+    fmt::print(out, "{}", FormatDiagnosesText(ds, color));
+  }
 }
 
 }  // namespace ithbat::cli

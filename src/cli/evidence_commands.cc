@@ -47,23 +47,6 @@ Result<std::string> OptionalToken(const std::string& file) {
   return ReadTokenFile(file);
 }
 
-bool UseColor(const std::string& mode, std::FILE* out) {
-  if (mode == "always") return true;
-  if (mode == "never") return false;
-  return ::isatty(::fileno(out)) == 1 && std::getenv("NO_COLOR") == nullptr;
-}
-
-void PrintDiagnoses(const std::vector<Diagnosis>& ds, bool json, bool color, std::FILE* out) {
-  if (json) {
-    for (const auto& d : ds) {
-      fmt::print(out, "{}\n",
-                 investigate::ToJson(d).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    }
-  } else {
-    fmt::print(out, "{}", FormatDiagnosesText(ds, color));
-  }
-}
-
 remote::AgentClientOptions ClientOptions(const remote::HostPort& hp, const std::string& token) {
   remote::AgentClientOptions co;
   co.host = hp.host;

@@ -94,22 +94,33 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
     }
   };
 
+  // One file through ReadLogEvents (a parser: job output; none: a kernel log), its tally kept.
+  auto replay_file = [&](const std::string& path, collect::joblog::StreamParser* parser,
+                         const JobLogEventFn& on_job, const KernelLogEventFn& on_kernel, ReplayFile& file) {
+    file.path = path;
+    file.kernel_log = parser == nullptr;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      file.failure = std::strerror(errno);
+      return;
+    }
+    LogReadResult read;
+    auto failure = ReadLogEvents(fd, path, parser, on_job, on_kernel, read);
+    ::close(fd);
+    file.lines = read.lines;
+    file.framework = read.framework;
+    if (failure) file.failure = *failure;
+    result.end = std::max(result.end, read.lines > 0 ? time_of(read.lines) : kReplayStart);
+  };
+
   // Job output: one stream per file; one number per (file, rank) in place of a pid.
   collect::joblog::StepSpans spans;
   std::map<std::pair<size_t, int32_t>, int32_t> stream_ids;
   for (size_t i = 0; i < options.logs.size(); ++i) {
     ReplayFile file;
-    file.path = options.logs[i];
     auto parser = collect::joblog::StreamParser::Create(so);
-    const int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      file.failure = std::strerror(errno);
-      result.files.push_back(std::move(file));
-      continue;
-    }
-    LogReadResult read;
-    auto failure = ReadLogEvents(
-        fd, file.path, &*parser,
+    replay_file(
+        options.logs[i], &*parser,
         [&](collect::joblog::ParsedEvent& pe, uint64_t line, bool, std::string_view framework) {
           Identity id;
           id.node = options.node;
@@ -132,29 +143,15 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
           }
           store_event(std::move(e));
         },
-        [](Event, uint64_t) {}, read);
-    ::close(fd);
-    file.lines = read.lines;
-    file.framework = read.framework;
-    if (failure) file.failure = *failure;
-    result.end = std::max(result.end, read.lines > 0 ? time_of(read.lines) : kReplayStart);
+        [](Event, uint64_t) {}, file);
     result.files.push_back(std::move(file));
   }
 
   // Kernel logs: Xid events as the kmsg collector stores them, GPUs numbered by first appearance.
   for (const auto& path : options.kmsg) {
     ReplayFile file;
-    file.path = path;
-    file.kernel_log = true;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      file.failure = std::strerror(errno);
-      result.files.push_back(std::move(file));
-      continue;
-    }
-    LogReadResult read;
-    auto failure = ReadLogEvents(
-        fd, path, nullptr, [](collect::joblog::ParsedEvent&, uint64_t, bool, std::string_view) {},
+    replay_file(
+        path, nullptr, [](collect::joblog::ParsedEvent&, uint64_t, bool, std::string_view) {},
         [&](Event e, uint64_t line) {
           e.time = time_of(line);
           e.identity.node = options.node;
@@ -172,12 +169,7 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
                                          std::isfinite(e.value) ? static_cast<int64_t>(e.value) : -1));
           store_event(std::move(e));
         },
-        read);
-    ::close(fd);
-    file.lines = read.lines;
-    file.framework = "kmsg";
-    if (failure) file.failure = *failure;
-    result.end = std::max(result.end, read.lines > 0 ? time_of(read.lines) : kReplayStart);
+        file);
     result.files.push_back(std::move(file));
   }
 
@@ -210,10 +202,7 @@ int RunReplayCommand(const ReplayCommandOptions& options, std::FILE* out, std::F
     }
   }
   if (options.json) {
-    for (const auto& d : r.diagnoses) {
-      fmt::print(out, "{}\n",
-                 investigate::ToJson(d).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    }
+    PrintDiagnoses(r.diagnoses, true, false, out);
     std::fflush(out);
     return rc;
   }
@@ -256,9 +245,7 @@ int RunReplayCommand(const ReplayCommandOptions& options, std::FILE* out, std::F
       "  evidence held: {}. Not in a replay: {}. A verdict needs two collectors: what these files cannot "
       "prove is inconclusive.\n\n",
       held.empty() ? std::string("none") : fmt::format("{}", fmt::join(held, ", ")), fmt::join(absent, "; "));
-  const bool color = options.color == "always" || (options.color == "auto" && ::isatty(::fileno(out)) == 1 &&
-                                                   std::getenv("NO_COLOR") == nullptr);
-  fmt::print(out, "{}", FormatDiagnosesText(r.diagnoses, color));
+  PrintDiagnoses(r.diagnoses, false, UseColor(options.color, out), out);
   if (options.trace || r.diagnoses.empty()) {
     fmt::print(out, "\nwhat the detectors measured:\n");
     if (r.trace.empty()) fmt::print(out, "  (nothing: no detector found material it reads)\n");

@@ -35,6 +35,27 @@ std::set<int32_t> Ranks(const Diagnosis& d) {
   return r;
 }
 
+struct CommandRun {
+  int rc = -1;
+  std::string out, err;
+};
+
+// RunReplayCommand with its stdout and stderr captured.
+CommandRun RunCommand(const ReplayCommandOptions& o) {
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  CommandRun r;
+  r.rc = RunReplayCommand(o, out, err);
+  for (auto [f, text] : {std::pair{out, &r.out}, std::pair{err, &r.err}}) {
+    std::rewind(f);
+    char buf[4096];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text->append(buf, n);
+    std::fclose(f);
+  }
+  return r;
+}
+
 Diagnosis Only(const ReplayResult& r) {
   EXPECT_EQ(r.diagnoses.size(), 1u);
   return r.diagnoses.empty() ? Diagnosis{} : r.diagnoses.front();
@@ -228,18 +249,10 @@ TEST(ReplayCommand, BadInputIsAClearErrorAndLosesNothing) {
   ReplayCommandOptions o;
   o.logs = {(dir.path() / "missing.log").string(),
             Material(dir, "nccl/llamafactory-issue7396-watchdog-allreduce.txt")};
-  std::FILE* out = std::tmpfile();
-  std::FILE* err = std::tmpfile();
-  EXPECT_EQ(RunReplayCommand(o, out, err), 1);
-  std::rewind(out);
-  std::rewind(err);
-  std::string text, errors;
-  char buf[4096];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof(buf), out)) > 0) text.append(buf, n);
-  while ((n = std::fread(buf, 1, sizeof(buf), err)) > 0) errors.append(buf, n);
-  std::fclose(out);
-  std::fclose(err);
+  const CommandRun run = RunCommand(o);
+  EXPECT_EQ(run.rc, 1);
+  const std::string& text = run.out;
+  const std::string& errors = run.err;
   EXPECT_THAT(errors, HasSubstr("missing.log"));
   EXPECT_THAT(text, HasSubstr("inconclusive: hang"));
   EXPECT_THAT(text, HasSubstr("A verdict needs two collectors"));
@@ -288,16 +301,9 @@ TEST(ReplayCommand, JsonLinesAreSchemaV1) {
   o.logs = {Material(dir, "nccl/ofa-issue271-watchdog-old-format-1800s.txt")};
   o.kmsg = {Material(dir, "xid/gpud-pr46-xid13-xid109-dmesg-ctime.txt")};
   o.json = true;
-  std::FILE* out = std::tmpfile();
-  std::FILE* err = std::tmpfile();
-  ASSERT_EQ(RunReplayCommand(o, out, err), 0);
-  std::rewind(out);
-  std::string text;
-  char buf[4096];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof(buf), out)) > 0) text.append(buf, n);
-  std::fclose(out);
-  std::fclose(err);
+  const CommandRun run = RunCommand(o);
+  ASSERT_EQ(run.rc, 0) << run.err;
+  const std::string& text = run.out;
   size_t lines = 0, start = 0;
   while (start < text.size()) {
     const size_t end = text.find('\n', start);

@@ -47,6 +47,21 @@ FleetView Build(const std::vector<Timeout>& timeouts, int32_t world_size, bool e
   return f.TakeView();
 }
 
+// One error event of job 9's rank 0 at kT0.
+FleetView OneError(const std::string& name, std::vector<std::pair<std::string, std::string>> attrs) {
+  SyntheticFleet f;
+  Event e;
+  e.time = kT0;
+  e.kind = EventKind::kError;
+  e.name = name;
+  e.identity.job = "9";
+  e.identity.rank = 0;
+  e.identity.pid = 1;
+  e.attrs = std::move(attrs);
+  f.AddEvent("n1", e);
+  return f.TakeView();
+}
+
 std::vector<Finding> Detect(const FleetView& v) {
   std::vector<Finding> out;
   for (auto& f : RunDetectors(v, kMinTime, kT0 + 800 * kS))
@@ -129,33 +144,13 @@ TEST(Watchdog, EveryRankInOneCollectivePointsBelowTheCalls) {
 }
 
 TEST(Watchdog, AnAbsurdWaitIsIgnoredNotOverflowed) {
-  SyntheticFleet fleet;
-  Event e;
-  e.time = kT0;
-  e.kind = EventKind::kError;
-  e.name = "nccl_timeout";
-  e.identity.job = "9";
-  e.identity.rank = 0;
-  e.identity.pid = 1;
-  e.attrs = {{"seq", "3"}, {"op_type", "ALLREDUCE"}, {"ran_ms", "999999999999999999"}};
-  fleet.AddEvent("n1", e);
-  auto f = Detect(fleet.TakeView());
+  auto f = Detect(
+      OneError("nccl_timeout", {{"seq", "3"}, {"op_type", "ALLREDUCE"}, {"ran_ms", "999999999999999999"}}));
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].window.start, kT0);
 }
 
-TEST(Watchdog, NoTimeoutNoFinding) {
-  SyntheticFleet f;
-  Event e;
-  e.time = kT0;
-  e.kind = EventKind::kError;
-  e.name = "nccl_error";
-  e.identity.job = "9";
-  e.identity.rank = 0;
-  e.identity.pid = 1;
-  f.AddEvent("n1", e);
-  EXPECT_TRUE(Detect(f.TakeView()).empty());
-}
+TEST(Watchdog, NoTimeoutNoFinding) { EXPECT_TRUE(Detect(OneError("nccl_error", {})).empty()); }
 
 }  // namespace
 }  // namespace ithbat::detect

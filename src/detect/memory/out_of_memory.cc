@@ -72,10 +72,11 @@ std::vector<Finding> DetectOutOfMemory(const DetectInput& in) {
     }
     const bool full = share >= kOomMemoryShare;
     // Whether the stores could have told a fatal OOM from a caught one: the GPU's memory was
-    // sampled, or the rank's launches were probed at all.
+    // sampled, or the rank's launches were probed around the error (its window only: not the
+    // series' whole history).
     const bool could_tell =
         std::isfinite(share) ||
-        !in.view.Samples(p->node, "ithbat_probe_launches_total" + pid_sel, kMinTime, in.now).empty();
+        !in.view.Max(p->node, "ithbat_probe_launches_total" + pid_sel, t - kOomLookbackNs, in.now).empty();
     // The job's word alone where the collectors looked and saw neither a full GPU nor a stop: a
     // caught OOM (a retry with a smaller batch) or a transient one, no finding.
     if (!full && !stopped && could_tell) continue;

@@ -87,7 +87,7 @@ void AddJobOutputNetworkErrors(const DetectInput& in, std::vector<Finding>& find
         {"remote", "refused by the remote side (its registration or queue pair)"},
         {"consequence", "flushed after an earlier error on the same connection"},
         {"unknown", "a transport failure of a status not classified"}};
-    auto meaning = [&](const std::string& suspect) -> std::string_view {
+    auto meaning = [&](std::string_view suspect) -> std::string_view {
       for (const auto& m : kMeaning) {
         if (m[0] == suspect) return m[1];
       }
@@ -104,47 +104,39 @@ void AddJobOutputNetworkErrors(const DetectInput& in, std::vector<Finding>& find
       }
       continue;
     }
-    std::vector<std::string> traced;
-    // Retries exhausted: the network is suspected (or a dead peer).
-    if (auto it = by_suspect.find("link_or_peer"); it != by_suspect.end()) {
+    auto add = [&](const std::vector<Event>& events, std::string_view suspect, Verdict verdict, Cause cause,
+                   double confidence, std::string summary) {
       Finding f;
       f.detector = "network";
-      f.verdict = Verdict::kInfrastructure;
-      f.cause = Cause::kNetwork;
+      f.verdict = verdict;
+      f.cause = cause;
       f.subjects.job = job;
-      subjects_of(f, it->second);
-      f.evidence = evidence_of(it->second, meaning("link_or_peer"));
-      f.confidence = 0.4;
-      f.summary = fmt::format(
-          "job {}: NCCL's InfiniBand transport gave up on {} transfer{} ({}): a link or switch port that "
-          "stopped "
-          "passing traffic, or a peer that died — the ports' error counters (node collector) or the peer's "
-          "own output "
-          "decide",
-          job, it->second.size(), it->second.size() == 1 ? "" : "s", Describe(it->second.front()));
-      traced.push_back(f.summary);
+      subjects_of(f, events);
+      f.evidence = evidence_of(events, meaning(suspect));
+      f.confidence = confidence;
+      f.summary = std::move(summary);
+      if (in.trace != nullptr) in.trace->push_back("network (job output): " + f.summary);
       findings.push_back(std::move(f));
+    };
+    // Retries exhausted: the network is suspected (or a dead peer).
+    if (auto it = by_suspect.find("link_or_peer"); it != by_suspect.end()) {
+      const auto& events = it->second;
+      add(events, "link_or_peer", Verdict::kInfrastructure, Cause::kNetwork, 0.4,
+          fmt::format(
+              "job {}: NCCL's InfiniBand transport gave up on {} transfer{} ({}): a link or switch port "
+              "that stopped passing traffic, or a peer that died — the ports' error counters (node "
+              "collector) or the peer's own output decide",
+              job, events.size(), events.size() == 1 ? "" : "s", Describe(events.front())));
+      continue;
     }
     // Not the fabric: say so, with the hosts, and no cause.
     for (const char* suspect : {"peer", "local", "remote"}) {
       auto it = by_suspect.find(suspect);
-      if (it == by_suspect.end() || by_suspect.count("link_or_peer") > 0) continue;
-      Finding f;
-      f.detector = "network";
-      f.verdict = Verdict::kInconclusive;
-      f.cause = Cause::kUnknown;
-      f.subjects.job = job;
-      subjects_of(f, it->second);
-      f.evidence = evidence_of(it->second, meaning(suspect));
-      f.confidence = 0.3;
-      f.summary =
-          fmt::format("job {}: {} NCCL transport failure{} ({}): {}", job, it->second.size(),
-                      it->second.size() == 1 ? "" : "s", Describe(it->second.front()), meaning(suspect));
-      traced.push_back(f.summary);
-      findings.push_back(std::move(f));
-    }
-    if (in.trace != nullptr) {
-      for (const auto& t : traced) in.trace->push_back("network (job output): " + t);
+      if (it == by_suspect.end()) continue;
+      const auto& events = it->second;
+      add(events, suspect, Verdict::kInconclusive, Cause::kUnknown, 0.3,
+          fmt::format("job {}: {} NCCL transport failure{} ({}): {}", job, events.size(),
+                      events.size() == 1 ? "" : "s", Describe(events.front()), meaning(suspect)));
     }
   }
 }

@@ -343,11 +343,16 @@ class ErrorParser final : public FormatParser {
     //  unknown — anything else.
     std::string_view suspect;
   };
+  // The work-completion status of an IB completion error: "status=N" (NCCL ≥ 2.19) or
+  // "with error N" (before).
+  static std::string_view IbStatus(std::string_view msg) {
+    std::string_view status = signals::DigitsAfter(msg, "status=");
+    return status.empty() ? signals::DigitsAfter(msg, "with error ") : status;
+  }
+
   static std::optional<NetFailureKind> NetFailure(std::string_view msg) {
     if (Contains(msg, "Got completion from peer ")) {
-      std::string_view status = signals::DigitsAfter(msg, "status=");
-      if (status.empty()) status = signals::DigitsAfter(msg, "with error ");
-      const std::string_view name = IbvStatusName(status);
+      const std::string_view name = IbvStatusName(IbStatus(msg));
       std::string_view suspect = "unknown";
       if (name == "IBV_WC_RETRY_EXC_ERR" || name == "IBV_WC_RNR_RETRY_EXC_ERR" ||
           name == "IBV_WC_RESP_TIMEOUT_ERR")
@@ -424,9 +429,7 @@ class ErrorParser final : public FormatParser {
           if (gt != std::string_view::npos && gt - lt < 8) AddAttr(e, "peer_port", peer->substr(lt + 1, gt - lt - 1));
         }
       }
-      std::string_view status = signals::DigitsAfter(msg, "status=");
-      if (status.empty()) status = signals::DigitsAfter(msg, "with error ");
-      if (!status.empty()) {
+      if (const std::string_view status = IbStatus(msg); !status.empty()) {
         AddAttr(e, "status", status);
         if (auto name = IbvStatusName(status); !name.empty()) AddAttr(e, "status_name", name);
       }

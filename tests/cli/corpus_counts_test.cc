@@ -1,6 +1,6 @@
 // Issue 21, "job output the engine can trust": every real log of ../shared/data/training and
-// ../shared/data/nccl through the pipeline `ithbat parse` runs (line assembler, secret redaction,
-// one StreamParser per file with format auto, no command-line hint), its events counted per kind
+// ../shared/data/nccl through the reader `ithbat parse` and `ithbat replay` use (cli/log_events.h:
+// line assembler, secret redaction, one StreamParser per file with format auto), its events counted per kind
 // and checked against a table that a person wrote by reading each file.
 //
 // The table is reviewed, never pasted from the parser's output: each count is what a person
@@ -25,11 +25,12 @@
 #include <string_view>
 #include <vector>
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include "cli/log_events.h"
 #include "collect/joblog/parsers/parser.h"
-#include "collect/joblog/text/line_assembler.h"
-#include "collect/joblog/text/redact.h"
 #include "core/event.h"
 #include "testutil/testutil.h"
 
@@ -202,61 +203,64 @@ const std::vector<Row>& Table() {
   return rows;
 }
 
-// The events `ithbat parse` counts for this text, one stream (src/cli/parse_command.cc).
+// The events `ithbat parse` counts for this text, one stream: the same reader (cli/log_events.h)
+// over a copy of the lines without their header.
 Counts RunPipeline(const std::vector<std::string>& lines) {
   auto created = StreamParser::Create(StreamParserOptions{});
   if (!created) {
     ADD_FAILURE() << created.error().message;
     return {};
   }
-  StreamParser& parser = *created;
+  ithbat::testing::TempDir dir;
   std::string bytes;
   for (const auto& l : lines) {
     bytes += l;
     bytes += '\n';
   }
-  LineAssembler assembler(kMaxLineBytes);
-  std::vector<AssembledLine> assembled;
-  assembler.Feed(bytes, 0, assembled);
-  assembler.Flush(0, assembled);
-  Counts c;
-  std::vector<ParsedEvent> events;
-  for (auto& l : assembled) {
-    RedactSecrets(l.text);
-    events.clear();
-    parser.Parse(LineView{l.text, l.progress, 1}, events);
-    for (const auto& e : events) {
-      switch (e.kind) {
-        case EventKind::kStep:
-          c.step++;
-          break;
-        case EventKind::kLoss:
-          c.loss++;
-          break;
-        case EventKind::kTrainMetric:
-          c.train_metric++;
-          break;
-        case EventKind::kEvalMetric:
-          c.eval_metric++;
-          break;
-        case EventKind::kCheckpointBegin:
-          c.checkpoint_begin++;
-          break;
-        case EventKind::kCheckpointEnd:
-          c.checkpoint_end++;
-          break;
-        case EventKind::kError:
-          c.error++;
-          break;
-        case EventKind::kServingMetric:
-          c.serving_metric++;
-          break;
-        default:
-          c.other++;
-          break;
-      }
-    }
+  dir.WriteFile("log", bytes);
+  const int fd = ::open((dir.path() / "log").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    ADD_FAILURE() << "cannot open the copy";
+    return {};
   }
+  Counts c;
+  cli::LogReadResult read;
+  auto failure = cli::ReadLogEvents(
+      fd, "log", &*created,
+      [&](ParsedEvent& e, uint64_t, bool, std::string_view) {
+        switch (e.kind) {
+          case EventKind::kStep:
+            c.step++;
+            break;
+          case EventKind::kLoss:
+            c.loss++;
+            break;
+          case EventKind::kTrainMetric:
+            c.train_metric++;
+            break;
+          case EventKind::kEvalMetric:
+            c.eval_metric++;
+            break;
+          case EventKind::kCheckpointBegin:
+            c.checkpoint_begin++;
+            break;
+          case EventKind::kCheckpointEnd:
+            c.checkpoint_end++;
+            break;
+          case EventKind::kError:
+            c.error++;
+            break;
+          case EventKind::kServingMetric:
+            c.serving_metric++;
+            break;
+          default:
+            c.other++;
+            break;
+        }
+      },
+      [](Event, uint64_t) {}, read);
+  ::close(fd);
+  EXPECT_FALSE(failure.has_value()) << *failure;
   return c;
 }
 
