@@ -105,6 +105,19 @@ TEST(Watchdog, SameCollectiveDifferentOperationsIsADesync) {
   EXPECT_EQ(Ranks(f[0]), (std::set<int32_t>{0, 1, 3}));
 }
 
+TEST(Watchdog, AnOperationCutOffTheLineIsNoDesync) {
+  // Rank 1's line was cut before its OpType: no evidence of another operation.
+  auto f = Detect(Build({{0, 12, "ALLREDUCE"}, {1, 12, ""}, {3, 12, "ALLREDUCE"}}, 4));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].summary.find("desynchronised"), std::string::npos) << f[0].summary;
+  EXPECT_EQ(Ranks(f[0]), (std::set<int32_t>{2}));
+  // Two named operations still are, the unnamed one said as such.
+  auto g = Detect(Build({{0, 12, "ALLREDUCE"}, {1, 12, ""}, {3, 12, "BROADCAST"}}, 4));
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_NE(g[0].summary.find("desynchronised"), std::string::npos) << g[0].summary;
+  EXPECT_NE(g[0].summary.find("rank 1 in an unnamed operation"), std::string::npos) << g[0].summary;
+}
+
 TEST(Watchdog, DifferentCollectiveNumbersNameTheFurthestBehind) {
   // Without a world size, the ranks at the lowest number are the furthest behind the material shows.
   auto f = Detect(Build({{0, 96120, "ALLREDUCE"}, {1, 96117, "ALLREDUCE"}, {2, 96125, "ALLREDUCE"}}, -1));

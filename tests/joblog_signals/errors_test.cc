@@ -301,6 +301,35 @@ TEST(ErrorParserTest, WatchdogTimeoutOldFormat) {
   EXPECT_EQ(Attr(glued[4], "ran_ms"), "25625251");
 }
 
+TEST(ErrorParserTest, WatchdogValuesCutWithTheLineAreDroppedNotMisread) {
+  // The real rank-0 line of llamafactory #6269, cut at every length: a value is read whole or not
+  // at all ("SeqNum=77" is not collective 77, "OpType=_REDUCE" is not another operation).
+  const auto lines = SharedLines("nccl/llamafactory-issue6269-watchdog-reduce-scatter.txt");
+  std::string full;
+  for (const auto& l : lines) {
+    if (l.find("[Rank 0] Watchdog caught") != std::string::npos) full = l;
+  }
+  ASSERT_FALSE(full.empty());
+  const std::pair<const char*, const char*> kWhole[] = {
+      {"seq", "7753"},           {"op_type", "_REDUCE_SCATTER_BASE"},
+      {"numel_in", "544997376"}, {"numel_out", "68124672"},
+      {"timeout_ms", "600000"},  {"ran_ms", "600061"}};
+  size_t with_seq = 0;
+  for (size_t n = full.find("Watchdog caught"); n <= full.size(); ++n) {
+    auto events = RunAll({full.substr(0, n)});
+    if (events.empty()) continue;
+    ASSERT_EQ(events.size(), 1u) << n;
+    for (const auto& [key, value] : kWhole) {
+      const auto got = Attr(events[0], key);
+      if (got) {
+        EXPECT_EQ(*got, value) << key << " at length " << n;
+      }
+    }
+    with_seq += Attr(events[0], "seq").has_value() ? 1 : 0;
+  }
+  EXPECT_GT(with_seq, 100u);  // most cuts keep the collective number
+}
+
 TEST(ErrorParserTest, HeartbeatMonitorAndStuckWatchdog) {
   auto events = RunAll(SharedLines("nccl/pytorch-heartbeat-monitor-timeout-watchdog-stuck.txt"));
   ASSERT_EQ(events.size(), 5u);  // 1 + FATAL in [1], 3 heartbeat lines in [2]; "preparing to dump" is none

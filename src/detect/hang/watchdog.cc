@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -113,6 +114,16 @@ std::vector<Finding> DetectWatchdogTimeouts(const DetectInput& in) {
     f.confidence = 0.5;
     std::vector<int32_t> named;
     std::string what;
+    // A report whose operation was cut off the line names none: it is no evidence of another
+    // operation, so where one operation is named at its collective, it joins that one.
+    for (auto& [seq, ops] : at) {
+      auto unnamed = ops.find("");
+      if (unnamed == ops.end() || ops.size() != 2) continue;
+      auto& named_side = ops.begin()->first.empty() ? std::next(ops.begin())->second : ops.begin()->second;
+      named_side.insert(named_side.end(), unnamed->second.begin(), unnamed->second.end());
+      std::sort(named_side.begin(), named_side.end());
+      ops.erase(unnamed);
+    }
     const auto& [lowest_seq, lowest_ops] = *at.begin();
     const auto desync =
         std::find_if(at.begin(), at.end(), [](const auto& kv) { return kv.second.size() > 1; });

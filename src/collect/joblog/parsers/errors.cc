@@ -278,16 +278,25 @@ class ErrorParser final : public FormatParser {
     const std::string_view msg = t.substr(at);
     if (rank < 0) rank = BracketedRank(t);
     ParsedEvent e = signals::ErrorEvent(kErrorNcclTimeout, t, rank);
-    if (auto v = signals::DigitsAfter(msg, "SeqNum="); !v.empty()) AddAttr(e, "seq", v);
+    // Every value of the message is followed by more of it (", ", ")", " milliseconds"): one that
+    // touches the end of the line was cut there ("SeqNum=961" of 96120, "OpType=ALLRED") and is
+    // dropped, not read as a smaller number or another operation.
+    auto whole = [&](std::string_view v) {
+      return !v.empty() && v.data() + v.size() < msg.data() + msg.size();
+    };
+    auto digits = [&](std::string_view key, std::string_view attr) {
+      if (auto v = signals::DigitsAfter(msg, key); whole(v)) AddAttr(e, attr, v);
+    };
+    digits("SeqNum=", "seq");
     if (auto op = signals::After(msg, "OpType=")) {
       size_t i = 0;
       while (i < op->size() && i < 64 && (signals::IsWordChar((*op)[i]))) ++i;
-      if (i > 0) AddAttr(e, "op_type", op->substr(0, i));
+      if (whole(op->substr(0, i))) AddAttr(e, "op_type", op->substr(0, i));
     }
-    if (auto v = signals::DigitsAfter(msg, "NumelIn="); !v.empty()) AddAttr(e, "numel_in", v);
-    if (auto v = signals::DigitsAfter(msg, "NumelOut="); !v.empty()) AddAttr(e, "numel_out", v);
-    if (auto v = signals::DigitsAfter(msg, "Timeout(ms)="); !v.empty()) AddAttr(e, "timeout_ms", v);
-    if (auto v = signals::DigitsAfter(msg, "ran for "); !v.empty()) AddAttr(e, "ran_ms", v);
+    digits("NumelIn=", "numel_in");
+    digits("NumelOut=", "numel_out");
+    digits("Timeout(ms)=", "timeout_ms");
+    digits("ran for ", "ran_ms");
     out.push_back(std::move(e));
   }
 
