@@ -61,6 +61,7 @@ std::optional<std::string> ReadLogEvents(int fd, const std::string& name,
   }
   result.lines = line_no;
   result.framework = parser ? std::string(parser->framework()) : std::string("kmsg");
+  result.copies = parser ? parser->copies() : 0;
   return failure;
 }
 

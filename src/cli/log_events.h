@@ -18,6 +18,7 @@ namespace ithbat::cli {
 struct LogReadResult {
   uint64_t lines = 0;     // ordinary lines (progress segments belong to the line they end in)
   std::string framework;  // the parser's detected framework at the end ("kmsg" for kernel logs)
+  uint64_t copies = 0;    // lines that repeated a recent line's events (ranks merged into one file)
 };
 
 // A job-output event, with the 1-based number of the line it came from (a \r progress segment

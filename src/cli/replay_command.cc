@@ -109,6 +109,7 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
     ::close(fd);
     file.lines = read.lines;
     file.framework = read.framework;
+    file.copies = read.copies;
     if (failure) file.failure = *failure;
     result.end = std::max(result.end, read.lines > 0 ? time_of(read.lines) : kReplayStart);
   };
@@ -228,6 +229,9 @@ int RunReplayCommand(const ReplayCommandOptions& options, std::FILE* out, std::F
                    ? std::string("")
                    : fmt::format("framework {}, ", f.framework.empty() ? "none detected" : f.framework),
                kinds.empty() ? "no events" : kinds, errors.empty() ? "" : fmt::format(" ({})", errors));
+    if (f.copies > 0)
+      fmt::print(out, "    {} repeated a recent line of the same step (other ranks' copies): read once\n",
+                 Plural(f.copies, "line", "lines"));
     if (!f.by_kind.empty()) held.insert(f.kernel_log ? "kmsg" : "joblog");
   }
   for (const auto& [pci, index] : r.gpus)

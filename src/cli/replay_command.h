@@ -55,6 +55,7 @@ struct ReplayFile {
   bool kernel_log = false;
   uint64_t lines = 0;
   std::string framework;
+  uint64_t copies = 0;                      // lines dropped as copies of a recent line (other ranks')
   std::map<std::string, uint64_t> by_kind;  // event kind → count
   std::map<std::string, uint64_t> errors;   // error class (or Xid code) → count
   std::string failure;                      // why it could not be read, "" when it was

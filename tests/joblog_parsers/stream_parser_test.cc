@@ -3,6 +3,8 @@
 // report.
 #include <string>
 
+#include <fmt/core.h>
+
 #include "training_test_util.h"
 
 namespace ithbat::collect::joblog {
@@ -88,6 +90,51 @@ TEST(StreamParser, MegatronOwnsAndGenericStops) {
   const auto third = Feed(sp, lines[2]);
   EXPECT_EQ(*Find(third, EventKind::kLoss), Loss(2.559583E+00, 124));
   EXPECT_EQ(Count(third, EventKind::kStep), 1u);
+}
+
+TEST(StreamParser, CopiesOfALineFromRanksMergedIntoOneStreamAreReadOnce) {
+  // torchrun without --tee prefixes: four ranks print the same nanoGPT line into one file.
+  StreamParser sp = Make();
+  const std::string line = "iter 10: loss 4.2000, time 100.00ms";
+  size_t steps = 0;
+  for (int rank = 0; rank < 4; ++rank) steps += Count(Feed(sp, line), EventKind::kStep);
+  EXPECT_EQ(steps, 1u);
+  EXPECT_EQ(sp.copies(), 3u);
+  // The next step is news; so is a rank's own value for the same step (not a copy).
+  EXPECT_EQ(Count(Feed(sp, "iter 11: loss 4.1000, time 100.00ms"), EventKind::kStep), 1u);
+  EXPECT_EQ(Count(Feed(sp, "iter 11: loss 4.1500, time 100.00ms"), EventKind::kStep), 1u);
+  // Far enough apart it is printed again, not copied (a second fit in the same process).
+  for (int i = 0; i < 600; ++i) Feed(sp, "nothing to read here");
+  EXPECT_EQ(Count(Feed(sp, line), EventKind::kStep), 1u);
+  EXPECT_EQ(sp.copies(), 3u);
+}
+
+TEST(StreamParser, OnlyLinesStampedWithAStepAreCompared) {
+  // Launcher prefixes tell ranks apart: each rank's line stays.
+  StreamParser ranked = Make();
+  size_t steps = 0;
+  for (int rank = 0; rank < 4; ++rank)
+    steps += Count(Feed(ranked, fmt::format("[rank{}]:iter 10: loss 4.2000, time 100.00ms", rank)),
+                   EventKind::kStep);
+  EXPECT_EQ(steps, 4u);
+  EXPECT_EQ(ranked.copies(), 0u);
+  // Lines without a step are each an occurrence: a save line at every save (torchtitan's carries
+  // no step), an error a process repeats — here the pair of identical "[Rank 0] ... SeqNum=96125"
+  // watchdog lines of pytorch #118369 (../shared/data), kept as printed.
+  StreamParser saves = Make("torchtitan");
+  size_t begun = 0;
+  for (int i = 0; i < 3; ++i)
+    begun += Count(Feed(saves,
+                        "[titan] 2025-06-16 22:30:48,735 - root - INFO - Saving the checkpoint (or staging "
+                        "if async is enabled)."),
+                   EventKind::kCheckpointBegin);
+  EXPECT_EQ(begun, 3u);
+  StreamParser errors = Make();
+  size_t timeouts = 0;
+  for (const auto& l : SharedLines("nccl/pytorch-issue118369-nemo-progress-then-watchdog.txt"))
+    timeouts += Count(Feed(errors, l), EventKind::kError, "nccl_timeout");
+  EXPECT_EQ(timeouts, 5u);
+  EXPECT_EQ(errors.copies(), 0u);
 }
 
 TEST(StreamParser, ForcedFormat) {

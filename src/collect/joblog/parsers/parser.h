@@ -150,6 +150,7 @@ std::unique_ptr<FormatParser> MakeNemo2Parser();         // nemo2.cc (nemo.light
 std::unique_ptr<FormatParser> MakeTorchtitanParser();    // torchtitan.cc
 std::unique_ptr<FormatParser> MakeNanoGptParser();       // nanogpt.cc
 std::unique_ptr<FormatParser> MakeFairseqParser();       // fairseq.cc
+std::unique_ptr<FormatParser> MakeMmengineParser();      // mmengine.cc (mmengine LogProcessor, mmcv 1.x)
 std::unique_ptr<FormatParser> MakeLossScaleParser();     // loss_scale.cc (DeepSpeed, apex, Megatron fp16)
 std::unique_ptr<FormatParser> MakeErrorParser();         // errors.cc (every error class above)
 std::unique_ptr<FormatParser> MakeVllmParser();          // serving.cc
@@ -202,7 +203,8 @@ struct StreamParserOptions {
 // each line; the first framework to recognise 2 lines owns the stream, and from then on only
 // it (plus the always-on parsers) runs. A user pattern set that matches owns the stream the
 // same way and wins over built-ins. Events are de-duplicated within a line (two parsers
-// reporting the same kind, name and step).
+// reporting the same kind, name and step), and a line stamped with a step whose events equal a
+// line's of the last 512 is a copy (ranks merged into one stream): it gives nothing.
 class StreamParser {
  public:
   static Result<StreamParser> Create(StreamParserOptions options);  // kInvalidArgument: unknown format
@@ -218,10 +220,13 @@ class StreamParser {
   std::string_view framework() const;
   uint64_t lines() const;
   uint64_t recognised_lines() const;
+  // Lines dropped as copies of a recent line of the stream (see CopyOf in stream_parser.cc).
+  uint64_t copies() const;
 
  private:
   StreamParser();
   struct State;
+  static bool CopyOf(State& st, const std::vector<ParsedEvent>& out, size_t base);
   std::unique_ptr<State> state_;
 };
 

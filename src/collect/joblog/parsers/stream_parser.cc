@@ -11,6 +11,7 @@
 // framework's parser does not know.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cctype>
 #include <optional>
 
@@ -27,7 +28,7 @@ struct Hint {
   std::string_view needle;
   std::string_view framework;
 };
-constexpr std::array<Hint, 24> kHints = {{
+constexpr std::array<Hint, 30> kHints = {{
     {"megatron", "megatron"},
     {"pretrain_gpt", "megatron"},
     {"pretrain_bert", "megatron"},
@@ -52,6 +53,12 @@ constexpr std::array<Hint, 24> kHints = {{
     {"run_qa", "hf_trainer"},
     {"run_glue", "hf_trainer"},
     {"run_translation", "hf_trainer"},
+    {"xtuner", "mmengine"},
+    {"mmdet", "mmengine"},
+    {"mmseg", "mmengine"},
+    {"mmpretrain", "mmengine"},
+    {"mmengine", "mmengine"},
+    {"mmcv", "mmengine"},
 }};
 
 std::string Lower(std::string_view s) {
@@ -59,6 +66,13 @@ std::string Lower(std::string_view s) {
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
+
+// A line is a copy when its events equal those of a line at most this many lines before it in
+// the same stream: ranks started by one launcher into one file (or one pipe) print the same step
+// line each, without a prefix that tells them apart, and interleave within a few lines
+// of each other per rank. 512 lines covers 64 ranks printing up to 8 lines per step.
+constexpr uint64_t kCopyWindowLines = 512;
+constexpr size_t kCopySlots = 1024;  // direct-mapped by hash; a collision only forgets a line
 
 bool SameEvent(const ParsedEvent& a, const ParsedEvent& b) {
   return a.kind == b.kind && a.step == b.step && a.name == b.name && a.rank == b.rank;
@@ -81,6 +95,14 @@ struct StreamParser::State {
   bool none = false;
   uint64_t lines = 0;
   uint64_t recognised_lines = 0;
+  // Lines whose events were a copy of a recent line's (CopyOf), by event hash: direct-mapped, an
+  // entry holds the hash and the line that set it.
+  struct Seen {
+    uint64_t hash = 0;
+    uint64_t line = 0;
+  };
+  std::array<Seen, kCopySlots> seen{};
+  uint64_t copies = 0;
 };
 
 StreamParser::StreamParser() : state_(std::make_unique<State>()) {}
@@ -228,6 +250,35 @@ void StreamParser::Parse(const LineView& given, std::vector<ParsedEvent>& out) {
   }
   out.resize(std::min(keep, base + kMaxEventsPerLine));
   if (recognised) ++st.recognised_lines;
+  if (CopyOf(st, out, base)) {
+    out.resize(base);
+    ++st.copies;
+  }
+}
+
+// Whether the line's events (out[base..]) repeat a line of the last kCopyWindowLines. Only lines
+// stamped with a step number are compared: what happened at step N is printed once per rank, so
+// the same events at the same step are a copy. Lines without one are never compared — a constant
+// learning rate, "Saving the checkpoint..." at every save, a NaN loss printed at every step, an
+// error a process repeats are each a new occurrence. Everything an event holds is compared, rank
+// included: copies from ranks whose prefix names them differ by rank and stay.
+bool StreamParser::CopyOf(State& st, const std::vector<ParsedEvent>& out, size_t base) {
+  bool stamped = false;
+  for (size_t i = base; i < out.size() && !stamped; ++i) stamped = out[i].step >= 0;
+  if (!stamped) return false;
+  uint64_t h = scan::Hash({});
+  for (size_t i = base; i < out.size(); ++i) {
+    const ParsedEvent& e = out[i];
+    const int64_t fixed[] = {static_cast<int64_t>(e.kind), e.step, e.rank, std::bit_cast<int64_t>(e.value)};
+    h = scan::Hash(std::string_view(reinterpret_cast<const char*>(fixed), sizeof(fixed)), h);
+    h = scan::Hash(e.name, h);
+    h = scan::Hash(e.text, h);
+    for (const auto& [k, v] : e.attrs) h = scan::Hash(v, scan::Hash(k, h));
+  }
+  State::Seen& slot = st.seen[h % kCopySlots];
+  const bool copy = slot.line > 0 && slot.hash == h && st.lines - slot.line <= kCopyWindowLines;
+  if (!copy) slot = {h, st.lines};
+  return copy;
 }
 
 std::string_view StreamParser::framework() const {
@@ -239,5 +290,6 @@ std::string_view StreamParser::framework() const {
 
 uint64_t StreamParser::lines() const { return state_->lines; }
 uint64_t StreamParser::recognised_lines() const { return state_->recognised_lines; }
+uint64_t StreamParser::copies() const { return state_->copies; }
 
 }  // namespace ithbat::collect::joblog
