@@ -211,6 +211,34 @@ TEST(Lightning, NemoGlobalStepWinsOverTheBarCount) {
       (std::vector<ParsedEvent>{Loss(3.060, -1, kEpoch0)}));
 }
 
+TEST(Lightning, ModelCheckpointVerboseLineIsASaveBeginning) {
+  // ModelCheckpoint(verbose=True) prints this before it saves (format of its _update_best_and_save).
+  const std::string save =
+      "Epoch 3, global step 4000: 'val_loss' reached 0.51234 (best 0.51234), saving model to "
+      "'/ckpt/epoch=3-step=4000.ckpt' as top 1";
+  const ParsedEvent bar_stream = Ev(EventKind::kCheckpointBegin, "", kNaN, -1,
+                                    {{"global_step", "4000"}, {"path", "/ckpt/epoch=3-step=4000.ckpt"}});
+  // A stream numbering steps by the bar's batch index: the global step is another numbering.
+  auto p = MakeLightningParser();
+  EXPECT_EQ(ParseOne(*p, save), (std::vector<ParsedEvent>{bar_stream}));
+  // A NeMo stream (global_step= in its bar): the save takes the step.
+  auto nemo = MakeLightningParser();
+  ParseOne(*nemo,
+           "Epoch 3:   1%|          | 10/77225 [00:10<00:10, 1.00it/s, reduced_train_loss=3.090, "
+           "global_step=3999.0]");
+  ParsedEvent at_step = bar_stream;
+  at_step.step = 4000;
+  EXPECT_EQ(ParseOne(*nemo, save), (std::vector<ParsedEvent>{at_step}));
+  // A line cut inside the path keeps what it has; "was not in top 1" saves nothing.
+  EXPECT_EQ(
+      ParseOne(*p, "Epoch 3, global step 4000: 'val_loss' reached 0.51 (best 0.51), saving model to '/ck"),
+      (std::vector<ParsedEvent>{
+          Ev(EventKind::kCheckpointBegin, "", kNaN, -1, {{"global_step", "4000"}, {"path", "/ck"}})}));
+  EXPECT_TRUE(ParseOne(*p, "Epoch 3, global step 4200: 'val_loss' was not in top 1").empty());
+  // Prose naming a save is not one.
+  EXPECT_TRUE(ParseOne(*p, "Epoch 3 done, saving model to disk").empty());
+}
+
 TEST(Nemo2Conformance, IterationLines) {
   auto lines = SharedLines("training/nemo2-bionemo-pr740-iteration-lines.txt");
   ASSERT_EQ(lines.size(), 6u);

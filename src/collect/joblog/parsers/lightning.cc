@@ -19,6 +19,9 @@
 // them). Without global_step, the first refresh of a batch still shows the previous batch's
 // postfix, so its loss is the previous batch's value stamped with the new step: nothing in the
 // text tells the two refreshes apart when only one of them reaches us.
+//
+// Checkpoints: ModelCheckpoint(verbose=True)'s "Epoch E, global step N: ... saving model to 'P'"
+// line (Save below) is a save beginning; Lightning prints no line when it ends.
 #include <array>
 #include <string>
 
@@ -37,6 +40,7 @@ constexpr std::array<std::string_view, 5> kLossKeys = {"train_loss_step", "train
                                                        "training_loss", "loss"};
 
 constexpr scan::Needle kEpoch{"Epoch "};
+constexpr scan::Needle kSavingModelTo{"saving model to "};
 
 // Beyond any real run (a billion epochs, a billion batches in one epoch): a bar past them gives no
 // step, and below them epoch × total plus the count stays far from INT64_MAX.
@@ -50,7 +54,10 @@ class LightningParser final : public FormatParser {
   bool Parse(const LineView& line, std::vector<ParsedEvent>& out) override {
     const std::string_view text = line.text;
     const size_t at = Find(scan::FactsOf(line), kEpoch, text);
-    if (at == npos || text.find('%', at) == npos) return false;
+    if (at == npos) return false;
+    if (const size_t s = Find(scan::FactsOf(line), kSavingModelTo, text, at); s != npos)
+      return Save(text, at, s, out);
+    if (text.find('%', at) == npos) return false;
     const scan::Prefix prefix = scan::StripPrefixes(text);
     scan::TqdmBar bar;
     if (!scan::FindTqdmBar(prefix.body, bar)) return false;
@@ -160,6 +167,35 @@ class LightningParser final : public FormatParser {
   }
 
  private:
+  // ModelCheckpoint(verbose=True), printed before the save: "Epoch 3, global step 4000: 'val_loss'
+  // reached 0.51234 (best 0.51234), saving model to '/ckpt/epoch=3-step=4000.ckpt' as top 1" (the
+  // path is Python's repr). The save takes the global step where the stream numbers steps by it
+  // (NeMo's global_step=); where steps are the bar's batch index the two numberings differ, so the
+  // global step is an attr and the event has no step.
+  bool Save(std::string_view text, size_t epoch_at, size_t saving_at, std::vector<ParsedEvent>& out) {
+    const std::string_view head = text.substr(epoch_at, saving_at - epoch_at);
+    const size_t g = head.find(", global step ");
+    if (g == npos) return false;
+    size_t p = g + 14;
+    int64_t global_step = 0;
+    if (!scan::ReadUint(head, p, global_step) || p >= head.size() || head[p] != ':') return false;
+    std::string_view path = text.substr(saving_at + kSavingModelTo.text.size());
+    if (!path.empty() && (path.front() == '\'' || path.front() == '"')) {
+      const char quote = path.front();
+      path.remove_prefix(1);
+      path = path.substr(0, path.find(quote));  // cut lines keep what they have
+    } else {
+      path = path.substr(0, path.find(' '));
+    }
+    scan::Emitter emit(out, scan::StripPrefixes(text).rank);
+    if (ParsedEvent* e =
+            emit.Add(EventKind::kCheckpointBegin, "", std::nan(""), global_steps_ ? global_step : -1)) {
+      e->attrs.emplace_back("global_step", std::to_string(global_step));
+      if (!path.empty()) e->attrs.emplace_back("path", std::string(path.substr(0, kMaxEventTextBytes)));
+    }
+    return true;
+  }
+
   bool ValChanged(const std::string& metric, double v) {
     const uint64_t key = scan::Hash(metric);
     for (auto& slot : val_) {
