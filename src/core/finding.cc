@@ -5,12 +5,13 @@
 
 namespace ithbat {
 namespace {
-constexpr std::array<std::pair<Cause, std::string_view>, 19> kCauses = {{
+constexpr std::array<std::pair<Cause, std::string_view>, 20> kCauses = {{
     {Cause::kDataImbalance, "data_imbalance"},
     {Cause::kRecipeNumerics, "recipe_numerics"},
     {Cause::kNoLearning, "no_learning"},
     {Cause::kServingConfig, "serving_config"},
     {Cause::kOverProvisioned, "over_provisioned"},
+    {Cause::kUnderProvisioned, "under_provisioned"},
     {Cause::kInputPipeline, "input_pipeline"},
     {Cause::kHostBottleneck, "host_bottleneck"},
     {Cause::kCheckpointStrategy, "checkpoint_strategy"},

@@ -20,6 +20,7 @@ enum class Cause : uint8_t {
   kNoLearning,
   kServingConfig,
   kOverProvisioned,
+  kUnderProvisioned,
   kInputPipeline,
   kHostBottleneck,
   kCheckpointStrategy,

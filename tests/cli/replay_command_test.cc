@@ -194,6 +194,67 @@ TEST(ReplayCommand, HealthyRunsGiveNoDiagnosis) {
   }
 }
 
+// The lines of ../shared/data/<relative> that contain `part`, as one log (a section of a file that
+// gathers several servers' excerpts).
+std::string Section(const testing::TempDir& dir, const std::string& relative, const std::string& part,
+                    const std::string& name) {
+  std::string body;
+  for (const auto& line : testing::SharedDataLines(relative)) {
+    if (line.find(part) != std::string::npos) body += line + "\n";
+  }
+  EXPECT_FALSE(body.empty()) << relative << " has no line with " << part;
+  dir.WriteFile(name, body);
+  return (dir.path() / name).string();
+}
+
+TEST(ReplayCommand, ASaturatedSglangServerIsAtCapacityButOneLineIsNoPattern) {
+  // sglang #938: "#running-req: 1010, ..., token usage: 0.93, ..., #queue-req: 12279" — one line.
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  o.logs = {Section(dir, "serving/sglang-decode-batch-log-formats.txt", "#queue-req: 12279", "sglang.log")};
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  const Diagnosis d = Only(*r);
+  EXPECT_EQ(d.cause, Cause::kUnderProvisioned);
+  EXPECT_EQ(d.verdict, Verdict::kInconclusive);
+  EXPECT_THAT(d.summary, HasSubstr("the KV cache was 93% full"));
+  EXPECT_THAT(d.summary, HasSubstr("12279.0 waiting, 1010.0 running"));
+  EXPECT_THAT(d.summary, HasSubstr("1 stats line only: a pattern needs 5 in a row"));
+  EXPECT_THAT(d.summary, HasSubstr("GPU counters"));
+  for (const auto& e : d.evidence) EXPECT_EQ(e.collector, "joblog") << e.signal;
+}
+
+TEST(ReplayCommand, AVllmQueueWithoutASlotLimitIsNotBlamedOnTheConfiguration) {
+  // vLLM #8719 (V0: Running 16, Pending 11, KV 87.1%) and #19680 (early V1: Running 10,
+  // Waiting 4, KV 57.9%): a queue, a cache not full, no slot limit printed — which of the
+  // configuration or the load caps the server is not known, and the replay says so.
+  for (const auto& [part, running] :
+       {std::pair{"Pending: 11 reqs", "16.0 running"}, std::pair{"Waiting: 4 reqs", "10.0 running"}}) {
+    testing::TempDir dir;
+    ReplayCommandOptions o;
+    o.logs = {Section(dir, "serving/vllm-v0-engine-log-formats-swapped-pending.txt", part, "vllm.log")};
+    auto r = Replay(o);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    const Diagnosis d = Only(*r);
+    EXPECT_EQ(d.cause, Cause::kServingConfig) << part;
+    EXPECT_EQ(d.verdict, Verdict::kInconclusive) << part;
+    EXPECT_THAT(d.summary, HasSubstr("exposes no slot limit"));
+    EXPECT_THAT(d.summary, HasSubstr(running));
+  }
+}
+
+TEST(ReplayCommand, AnSglangServerWithoutAQueueGivesNothing) {
+  testing::TempDir dir;
+  for (const char* part : {"[04:40:5", "TP0] Decode batch, #running-req: 5", "Prefill batch"}) {
+    ReplayCommandOptions o;
+    o.logs = {Section(dir, "serving/sglang-decode-batch-log-formats.txt", part, "idle.log")};
+    auto r = Replay(o);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    EXPECT_TRUE(r->diagnoses.empty()) << part << ": " << r->diagnoses.front().summary;
+    EXPECT_GT(r->events, 0u) << part;
+  }
+}
+
 TEST(ReplayCommand, LinesAreDatedByTheirNumberFromAPlainlySyntheticStart) {
   testing::TempDir dir;
   dir.WriteFile("a.log", "iter 1: loss 4.0, time 100.00ms\niter 2: loss 3.9, time 100.00ms\n");

@@ -2,6 +2,7 @@
 // at its edge, and the look-alike twins that must not fire.
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <set>
 
 #include <fmt/core.h>
@@ -497,6 +498,132 @@ TEST(InferenceEfficiency, IdleServerIsOverProvisioned) {
   s.util = 0.2;
   s.scrapes = kOverProvisionedMinScrapes - 1;
   EXPECT_TRUE(RunServer(s).empty());
+}
+
+TEST(InferenceEfficiency, QueueBehindAFullKvCacheIsUnderProvisioned) {
+  ServeSpec s;
+  s.kv = kServingKvFull;
+  auto out = RunServer(s);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].cause, Cause::kUnderProvisioned);
+  EXPECT_EQ(out[0].verdict, Verdict::kJob);
+  EXPECT_EQ(Collectors(out[0]), (std::set<std::string>{"serving", "gpu"}));
+  EXPECT_EQ(out[0].provable_at, kT0 + (kServingDebounce - 1) * kS);
+  EXPECT_NE(out[0].summary.find("KV cache was 90% full"), std::string::npos) << out[0].summary;
+  // Just below full, with free slots, it is the configuration again.
+  s.kv = kServingKvFull - 0.01;
+  out = RunServer(s);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].cause, Cause::kServingConfig);
+}
+
+TEST(InferenceEfficiency, EverySlotBusyBesideAnEmptyKvCacheIsTheSlotLimit) {
+  // Four slots, all running, a queue, the KV cache 3% full: the slot limit caps the server.
+  ServeSpec s;
+  s.slots = 4;
+  s.running = [](int) { return 4.0; };
+  s.waiting = [](int) { return 20.0; };
+  s.kv = 0.03;
+  auto out = RunServer(s);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].cause, Cause::kServingConfig);
+  EXPECT_EQ(out[0].verdict, Verdict::kJob);
+  EXPECT_NE(out[0].summary.find("slot limit"), std::string::npos) << out[0].summary;
+  // At kSlotCapKvShare the cache has no room for twice the batch: capacity, not the limit.
+  s.kv = kSlotCapKvShare;
+  out = RunServer(s);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].cause, Cause::kUnderProvisioned);
+  // A server without a KV gauge: the cache cannot be told empty, so no slot-limit claim.
+  s.kv = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(RunServer(s).empty());
+  // One slot free: neither (the engine is admitting; free-slot serving_config needs half free).
+  s.kv = 0.03;
+  s.running = [](int) { return 3.0; };
+  EXPECT_TRUE(RunServer(s).empty());
+}
+
+TEST(InferenceEfficiency, WithoutASlotLimitAQueueIsInconclusiveUnlessTheKvCacheIsFull) {
+  ServeSpec s;
+  s.slots = 0;  // the server exposes none
+  auto out = RunServer(s);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].cause, Cause::kServingConfig);
+  EXPECT_EQ(out[0].verdict, Verdict::kInconclusive);
+  EXPECT_NE(out[0].summary.find("missing: the slot limit"), std::string::npos) << out[0].summary;
+  s.kv = 0.95;
+  out = RunServer(s);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].cause, Cause::kUnderProvisioned);
+  EXPECT_EQ(out[0].verdict, Verdict::kJob);
+  // No queue: nothing, whatever the cache.
+  s.waiting = [](int) { return 0.0; };
+  EXPECT_TRUE(RunServer(s).empty());
+}
+
+TEST(InferenceEfficiency, MaterialShorterThanAPatternIsInconclusive) {
+  ServeSpec s;
+  s.kv = 0.95;
+  for (int n = 1; n < kServingDebounce; ++n) {
+    s.scrapes = n;
+    auto out = RunServer(s);
+    ASSERT_EQ(out.size(), 1u) << n;
+    EXPECT_EQ(out[0].cause, Cause::kUnderProvisioned);
+    EXPECT_EQ(out[0].verdict, Verdict::kInconclusive);
+    EXPECT_NE(out[0].summary.find("a pattern needs"), std::string::npos) << out[0].summary;
+  }
+  // One scrape of the short material without a queue: not every scrape shows it, nothing.
+  s.scrapes = kServingDebounce - 1;
+  s.waiting = [](int i) { return i == 0 ? 0.0 : 3.0; };
+  EXPECT_TRUE(RunServer(s).empty());
+}
+
+// A server known only by its stats lines (kServingMetric events), as a captured vLLM prints them.
+void LogStats(SyntheticFleet& f, const std::string& node, int lines, double running, double waiting,
+              double kv, std::string_view engine = "vllm_v1") {
+  for (int i = 0; i < lines; ++i) {
+    for (const auto& [name, v] :
+         {std::pair{"running_requests", running}, std::pair{"waiting_requests", waiting},
+          std::pair{"kv_cache_usage_ratio", kv}}) {
+      Event e;
+      e.time = kT0 + i * 5 * kS;
+      e.kind = EventKind::kServingMetric;
+      e.identity.node = node;
+      e.identity.job = "chat";
+      e.identity.pid = 700;
+      e.name = name;
+      e.value = v;
+      e.attrs = {{"engine", std::string(engine)}, {"engine_index", "0"}};
+      f.AddEvent(node, std::move(e));
+    }
+  }
+}
+
+TEST(InferenceEfficiency, StatsLinesAloneShowAFullKvCache) {
+  SyntheticFleet f;
+  LogStats(f, "inf", 12, 16, 11, 0.97);
+  auto out = RunDetector(f.TakeView(), &DetectInferenceEfficiency, kT0 + 60 * kS);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].cause, Cause::kUnderProvisioned);
+  EXPECT_EQ(out[0].subjects.job, "chat");
+  EXPECT_EQ(Collectors(out[0]), (std::set<std::string>{"joblog"}));
+  EXPECT_EQ(out[0].verdict, Verdict::kInconclusive);  // no GPU counters: a slow GPU is not ruled out
+  EXPECT_NE(out[0].summary.find("12 of 12 stats lines"), std::string::npos) << out[0].summary;
+  // A line cut before its KV field is no scrape: 12 lines without one say nothing.
+  SyntheticFleet cut;
+  LogStats(cut, "inf", 12, 16, 11, std::numeric_limits<double>::quiet_NaN());
+  EXPECT_TRUE(RunDetector(cut.TakeView(), &DetectInferenceEfficiency, kT0 + 60 * kS).empty());
+}
+
+TEST(InferenceEfficiency, StatsLinesOfAScrapedNodeAreNotASecondServer) {
+  SyntheticFleet f;
+  ServeSpec s;
+  s.kv = 0.95;
+  f.InferenceServer("inf", s);
+  LogStats(f, "inf", 12, 16, 11, 0.97);
+  auto out = RunDetector(f.TakeView(), &DetectInferenceEfficiency, kT0 + 59 * kS);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(Collectors(out[0]), (std::set<std::string>{"serving", "gpu"}));
 }
 
 // ---- network --------------------------------------------------------------------------------

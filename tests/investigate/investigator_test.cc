@@ -279,7 +279,7 @@ TEST(Causes, EveryCauseHasAFixAndAMeaning) {
     EXPECT_FALSE(c.fix.empty()) << CauseName(c.cause);
     EXPECT_FALSE(c.meaning.empty()) << CauseName(c.cause);
   }
-  EXPECT_EQ(Causes().size(), 19u);
+  EXPECT_EQ(Causes().size(), 20u);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // detectors, the investigator, the lab's checks): one in-memory store per node, series with one
 // sample a second from a fixed time, events and step spans. Header-only: tests that include it
 // link ithbat_store (through ithbat_detect or ithbat_sim_lab).
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -120,7 +121,7 @@ class SyntheticFleet {
     double slots = 32;
     std::function<double(int)> running = [](int) { return 1.0; };
     std::function<double(int)> waiting = [](int) { return 3.0; };
-    double kv = 0.05;
+    double kv = 0.05;  // NaN: the server exports no KV gauge (TGI)
     double util = 0.8;
   };
   void InferenceServer(const std::string& node, const ServeShape& s, const Labels& labels = {}) {
@@ -145,7 +146,7 @@ class SyntheticFleet {
       }
       Series(node, "ithbat_serving_requests_running", MetricType::kGauge, l, run);
       Series(node, "ithbat_serving_requests_waiting", MetricType::kGauge, l, wait);
-      Series(node, "ithbat_serving_kv_cache_usage_ratio", MetricType::kGauge, l, kv);
+      if (!std::isnan(s.kv)) Series(node, "ithbat_serving_kv_cache_usage_ratio", MetricType::kGauge, l, kv);
       Series(node, "ithbat_serving_kv_cache_blocks", MetricType::kGauge, l, blocks);
       Series(node, "ithbat_serving_prefill_seconds_total", MetricType::kCounter, l, prefill);
       Series(node, "ithbat_serving_decode_seconds_total", MetricType::kCounter, l, decode);

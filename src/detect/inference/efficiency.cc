@@ -1,8 +1,10 @@
 #include "detect/inference/efficiency.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -15,6 +17,27 @@ namespace ithbat::detect {
 namespace {
 
 constexpr TimeNs kBucket = kNsPerSec / 2;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// Stats events read per log-only server (and in discovery): about 5 per line, so 10^5 events
+// are ~20 000 lines, 28 hours of vLLM's 5 s stats interval.
+constexpr size_t kLogEventLimit = 100'000;
+
+// The engine a stats line came from (the parser's "engine" attribute).
+std::string LogEngine(const Event& e) {
+  for (const auto& [k, v] : e.attrs) {
+    if (k == "engine") return v;
+  }
+  return "";
+}
+// A stats event's place in a scrape: 0 running, 1 waiting, 2 KV usage, -1 none (vLLM and
+// SGLang name them differently: collect/joblog/parsers/serving.cc).
+int LogField(std::string_view name) {
+  if (name == "running_requests" || name == "batch_size") return 0;
+  if (name == "waiting_requests" || name == "queued_requests") return 1;
+  if (name == "kv_cache_usage_ratio" || name == "token_usage_ratio") return 2;
+  return -1;
+}
+
 TimeNs BucketOf(TimeNs t) { return (t + kBucket / 2) / kBucket * kBucket; }
 
 struct Scrape {
@@ -35,12 +58,25 @@ class Server {
       : in_(in), key_(std::move(key)), servers_on_node_(servers_on_node) {}
 
   void Run(std::vector<Finding>& out) {
-    Load();
-    if (scrapes_.empty() || slots_ <= 0) return;
+    if (key_.from_log) {
+      const bool sglang = key_.engine == "sglang";
+      collector_ = kCollectorJoblog;
+      signal_running_ = sglang ? "batch_size" : "running_requests";
+      signal_waiting_ = sglang ? "queued_requests" : "waiting_requests";
+      signal_kv_ = sglang ? "token_usage_ratio" : "kv_cache_usage_ratio";
+      scrape_word_ = "stats lines";
+      LoadLog();
+    } else {
+      Load();
+    }
+    if (scrapes_.empty()) return;
     FindGpus();
     Estimate();
-    JudgeServingConfig(out);
-    JudgeOverProvisioned(out);
+    if (slots_ > 0) {
+      JudgeServingConfig(out);
+      JudgeOverProvisioned(out);
+    }
+    JudgeQueuePressure(out);
   }
 
  private:
@@ -76,6 +112,7 @@ class Server {
          {"ithbat_serving_requests_running", "ithbat_serving_requests_waiting", "ithbat_serving_kv_cache_usage_ratio"}) {
       for (const auto& [v, s] : Get(m)) {
         const std::string e = Label(v.labels, "engine_index");
+        has_kv_ = has_kv_ || (which == 2 && !s.empty());
         for (const auto& x : s) {
           auto& slot = scrapes_[BucketOf(x.t)].engines[e];
           (which == 0 ? std::get<0>(slot) : which == 1 ? std::get<1>(slot) : std::get<2>(slot)) = x.v;
@@ -83,7 +120,36 @@ class Server {
       }
       ++which;
     }
+  }
 
+  // One scrape per stats line: the running, waiting and KV fields of the lines the server printed
+  // at one time (vLLM V1 prints one line per engine). A line missing any of the three (cut, or a
+  // format without it) is no scrape: a guessed 0 would read as "nothing waits" or "KV empty".
+  void LoadLog() {
+    store::EventQuery q;
+    q.kinds = {EventKind::kServingMetric};
+    q.job = key_.job;
+    q.pid = ParseInt(key_.pid);
+    q.from = in_.from;
+    q.to = in_.now;
+    q.limit = kLogEventLimit;
+    std::map<std::pair<TimeNs, std::string>, std::array<double, 3>> lines;
+    for (const Event& e : in_.view.Events(q)) {
+      if (e.identity.node != key_.node || LogEngine(e) != key_.engine) continue;
+      const int field = LogField(e.name);
+      if (field < 0 || !std::isfinite(e.value)) continue;
+      std::string engine_index;
+      for (const auto& [k, v] : e.attrs) {
+        if (k == "engine_index") engine_index = v;
+      }
+      auto [it, fresh] = lines.try_emplace({e.time, engine_index}, std::array<double, 3>{kNaN, kNaN, kNaN});
+      it->second[static_cast<size_t>(field)] = e.value;
+    }
+    for (const auto& [at, f] : lines) {
+      if (std::isnan(f[0]) || std::isnan(f[1]) || std::isnan(f[2])) continue;
+      scrapes_[BucketOf(at.first)].engines[at.second] = {f[0], f[1], f[2]};
+      has_kv_ = true;
+    }
   }
 
   void FindGpus() {
@@ -281,6 +347,148 @@ class Server {
     out.push_back(std::move(f));
   }
 
+  // What the scrapes of one kind of queue pressure add up to.
+  struct Pressure {
+    int hits = 0;
+    int streak = 0;
+    TimeNs first = 0;  // the kServingDebounce-th hit in a row
+    TimeNs last = 0;
+    double waiting = 0, running = 0, kv = 0;  // summed over the engines under pressure
+    int engine_scrapes = 0;
+  };
+  enum class Queue : uint8_t { kNone, kCapacity, kSlotCap, kLimitUnknown };
+
+  // A queue beside which engine state (see the header: under_provisioned, serving_config (b),
+  // and the slot limit unknown).
+  Queue Classify(double running, double waiting, double kv) const {
+    // Without a KV gauge (TGI exports none) the cache cannot be told full or empty.
+    if (waiting < 1 || !has_kv_) return Queue::kNone;
+    if (kv >= kServingKvFull) return Queue::kCapacity;
+    if (slots_ <= 0) return Queue::kLimitUnknown;
+    if (running < slots_) return Queue::kNone;  // a slot is free: JudgeServingConfig's case (a), or admitting
+    return kv < kSlotCapKvShare ? Queue::kSlotCap : Queue::kCapacity;
+  }
+
+  void JudgeQueuePressure(std::vector<Finding>& out) const {
+    std::map<Queue, Pressure> by;
+    for (const auto& [t, sc] : scrapes_) {
+      std::set<Queue> seen_here;
+      for (const auto& [e, v] : sc.engines) {
+        const auto& [r, w, kv] = v;
+        const Queue q = Classify(r, w, kv);
+        if (q == Queue::kNone) continue;
+        Pressure& p = by[q];
+        p.waiting += w;
+        p.running += r;
+        p.kv += kv;
+        ++p.engine_scrapes;
+        seen_here.insert(q);
+      }
+      for (auto& [q, p] : by) {
+        if (!seen_here.contains(q)) {
+          p.streak = 0;
+          continue;
+        }
+        ++p.hits;
+        p.last = t;
+        if (++p.streak == kServingDebounce && p.first == 0) p.first = t;
+      }
+    }
+    const int seen = static_cast<int>(scrapes_.size());
+    const bool config_found = std::any_of(out.begin(), out.end(), [&](const Finding& f) {
+      return f.cause == Cause::kServingConfig && f.subjects.job == key_.id &&
+             f.subjects.nodes == std::vector{key_.node};
+    });
+    for (const auto& [q, p] : by) {
+      const bool proven = p.first != 0 && static_cast<double>(p.hits) >= kServingWaitingShare * seen;
+      // Material shorter than a pattern, every scrape of it under pressure: said, not proven.
+      const bool brief = !proven && seen < kServingDebounce && p.hits == seen;
+      if (in_.trace != nullptr) {
+        in_.trace->push_back(
+            fmt::format("inference_efficiency: {} on {}: {} queue in {} of {} scrapes (longest run needed "
+                        "{}, share needed "
+                        "{:.0f}%): {}",
+                        key_.id, key_.node,
+                        q == Queue::kCapacity  ? "capacity"
+                        : q == Queue::kSlotCap ? "slot-cap"
+                                               : "slot-limit-unknown",
+                        p.hits, seen, kServingDebounce, 100 * kServingWaitingShare,
+                        proven  ? "reported"
+                        : brief ? "reported inconclusive (too few scrapes)"
+                                : "no pattern"));
+      }
+      if (!proven && !brief) continue;
+      if (q == Queue::kSlotCap && config_found) continue;  // one serving_config per server
+      out.push_back(QueueFinding(q, p, seen, proven));
+    }
+  }
+
+  Finding QueueFinding(Queue q, const Pressure& p, int seen, bool proven) const {
+    Finding f = Base(q == Queue::kCapacity ? Cause::kUnderProvisioned : Cause::kServingConfig);
+    const double n = std::max(1, p.engine_scrapes);
+    const double waiting = p.waiting / n, running = p.running / n, kv = p.kv / n;
+    const std::string subject = key_.id + " on " + key_.node;
+    f.provable_at = proven ? p.first : p.last;
+    f.evidence.push_back(
+        MakeEvidence(signal_waiting_, collector_, subject, waiting, 0, "requests",
+                     fmt::format("{:.1f} requests waited per replica on average in {} of {} {}", waiting,
+                                 p.hits, seen, scrape_word_),
+                     f.window));
+    f.evidence.push_back(MakeEvidence(
+        signal_kv_, collector_, subject, kv, q == Queue::kSlotCap ? kSlotCapKvShare : kServingKvFull, "ratio",
+        fmt::format("the KV cache was {:.0f}% full meanwhile", 100 * kv), f.window));
+    f.evidence.push_back(
+        MakeEvidence(signal_running_, collector_, subject, running, slots_, "requests",
+                     slots_ > 0 ? fmt::format("{:.1f} of {:.0f} slots ran", running, slots_)
+                                : fmt::format("{:.1f} requests ran; the slot limit is not known", running),
+                     f.window));
+    AddGpuEvidence(
+        f, kOverProvisionedMaxUtil,
+        fmt::format("the server's {} GPUs were busy {:.0f}% of the time", gpus_.size(), 100 * util_));
+    std::string what;
+    switch (q) {
+      case Queue::kCapacity:
+        what = fmt::format(
+            "is at its capacity: requests waited while {}",
+            kv >= kServingKvFull
+                ? fmt::format("the KV cache was {:.0f}% full", 100 * kv)
+                : fmt::format("all {:.0f} slots ran and the KV cache was {:.0f}% full", slots_, 100 * kv));
+        break;
+      case Queue::kSlotCap:
+        what = fmt::format(
+            "is capped by its slot limit: all {:.0f} slots ran with requests waiting while the KV cache was "
+            "only {:.0f}% full (room for about {:.0f} times the batch at {:.0f}%)",
+            slots_, 100 * kv, kv > 0 ? kTargetKvShare / kv : 0.0, 100 * kTargetKvShare);
+        break;
+      default:
+        what = fmt::format(
+            "kept requests waiting with the KV cache {:.0f}% full, but exposes no slot limit: whether its "
+            "configuration or its load caps it is not known",
+            100 * kv);
+        break;
+    }
+    f.summary = fmt::format(
+        "Server {} on {} {} ({:.1f} waiting, {:.1f} running per replica on average, in {} of {} {})", key_.id,
+        key_.node, what, waiting, running, p.hits, seen, scrape_word_);
+    std::vector<std::string> missing;
+    if (!proven) {
+      const std::string one = scrape_word_.substr(0, scrape_word_.size() - 1);  // "scrape", "stats line"
+      missing.push_back(fmt::format("{} {} only: a pattern needs {} in a row", seen,
+                                    seen == 1 ? one : scrape_word_, kServingDebounce));
+    }
+    if (q == Queue::kLimitUnknown)
+      missing.push_back("the slot limit (start the server with --max-num-seqs, or let the agent scrape it)");
+    if (util_ < 0) missing.push_back("GPU counters: a slow GPU is not ruled out");
+    if (!missing.empty()) f.summary += fmt::format("; missing: {}", fmt::join(missing, "; "));
+    f.verdict = proven && q != Queue::kLimitUnknown && util_ >= 0 ? Verdict::kJob : Verdict::kInconclusive;
+    f.confidence = proven ? std::min(1.0, static_cast<double>(p.hits) / seen)
+                          : 0.5 * static_cast<double>(seen) / kServingDebounce;
+    f.baseline_origin = fmt::format("the server's own {}; subject named {}",
+                                    key_.from_log ? "stats lines (its output)" : "/metrics",
+                                    key_.job.empty() ? "by engine (no job id tagged)" : "by its job id");
+    return f;
+  }
+
   void JudgeOverProvisioned(std::vector<Finding>& out) const {
     const int seen = static_cast<int>(scrapes_.size());
     if (seen < kOverProvisionedMinScrapes || util_ < 0 || gpus_.empty()) return;
@@ -320,6 +528,13 @@ class Server {
 
   const DetectInput& in_;
   ServingEndpoint key_;
+  // Where the scrapes came from, as the evidence names it.
+  std::string collector_{kCollectorServing};
+  std::string signal_running_ = "ithbat_serving_requests_running";
+  std::string signal_waiting_ = "ithbat_serving_requests_waiting";
+  std::string signal_kv_ = "ithbat_serving_kv_cache_usage_ratio";
+  std::string scrape_word_ = "scrapes";
+  bool has_kv_ = false;  // a KV-usage value was read (from /metrics or every stats line)
   int servers_on_node_ = 1;
   std::string gpu_origin_;
   double slots_ = 0;
@@ -354,10 +569,40 @@ std::vector<ServingEndpoint> DiscoverServers(const FleetView& view, TimeNs from,
     if (it->second.job.empty()) it->second.job = e.job;
   }
   std::vector<ServingEndpoint> out;
+  std::set<std::string> scraped_nodes;
   for (auto& [key, e] : seen) {
     e.id = e.job.empty() ? e.engine + ":" + e.port : e.job;
+    scraped_nodes.insert(e.node);
     out.push_back(std::move(e));
   }
+  // Servers known by their stats lines only, on nodes where nothing was scraped: where both
+  // exist, /metrics is the richer source (slot limit, KV blocks, prefill time) and the log would
+  // name the same server twice.
+  store::EventQuery q;
+  q.kinds = {EventKind::kServingMetric};
+  q.from = from;
+  q.to = to;
+  q.limit = kLogEventLimit;
+  std::map<std::tuple<std::string, std::string, int32_t, std::string>, ServingEndpoint> logged;
+  for (const Event& e : view.Events(q)) {
+    if (scraped_nodes.contains(e.identity.node) || LogField(e.name) < 0) continue;
+    const std::string engine = LogEngine(e);
+    auto [it, fresh] = logged.try_emplace({e.identity.node, e.identity.job, e.identity.pid, engine});
+    ServingEndpoint& s = it->second;
+    if (fresh) {
+      s = ServingEndpoint{e.identity.node,
+                          engine,
+                          "",
+                          std::to_string(e.identity.pid),
+                          e.identity.job,
+                          "",
+                          TimeWindow{e.time, e.time},
+                          true};
+      s.id = s.job.empty() ? fmt::format("{} (pid {})", engine, e.identity.pid) : s.job;
+    }
+    s.window = {std::min(s.window.start, e.time), std::max(s.window.end, e.time)};
+  }
+  for (auto& [key, e] : logged) out.push_back(std::move(e));
   return out;
 }
 

@@ -12,16 +12,32 @@ namespace ithbat::scenario {
 namespace {
 
 constexpr auto kVerdictNames = std::to_array<std::string_view>({"job", "infrastructure", "inconclusive", "none"});
-constexpr auto kCauseNames = std::to_array<std::string_view>(
-    {"none", "data_imbalance", "input_pipeline", "host_bottleneck", "checkpoint_strategy", "serving_config",
-     "over_provisioned", "recipe_numerics", "no_learning", "out_of_memory", "hang", "storage", "network",
-     "gpu_hardware", "thermal_power", "nvlink", "driver", "silent_data_corruption", "scheduler"});
+constexpr auto kCauseNames = std::to_array<std::string_view>({"none",
+                                                              "data_imbalance",
+                                                              "input_pipeline",
+                                                              "host_bottleneck",
+                                                              "checkpoint_strategy",
+                                                              "serving_config",
+                                                              "over_provisioned",
+                                                              "under_provisioned",
+                                                              "recipe_numerics",
+                                                              "no_learning",
+                                                              "out_of_memory",
+                                                              "hang",
+                                                              "storage",
+                                                              "network",
+                                                              "gpu_hardware",
+                                                              "thermal_power",
+                                                              "nvlink",
+                                                              "driver",
+                                                              "silent_data_corruption",
+                                                              "scheduler"});
 constexpr auto kUnitNames = std::to_array<std::string_view>({"steps", "saves", "seconds"});
 // Causes that only make sense under one verdict (the rest are job or infrastructure by
 // their nature too; listed so a file cannot say "infrastructure: data_imbalance").
-constexpr std::string_view kJobCauses[] = {"data_imbalance", "input_pipeline", "host_bottleneck", "checkpoint_strategy",
-                                           "serving_config", "over_provisioned", "recipe_numerics", "no_learning",
-                                           "out_of_memory"};
+constexpr std::string_view kJobCauses[] = {
+    "data_imbalance",   "input_pipeline",    "host_bottleneck", "checkpoint_strategy", "serving_config",
+    "over_provisioned", "under_provisioned", "recipe_numerics", "no_learning",         "out_of_memory"};
 constexpr std::string_view kInfraCauses[] = {"storage", "network", "gpu_hardware", "thermal_power", "nvlink",
                                              "driver", "silent_data_corruption", "scheduler"};
 

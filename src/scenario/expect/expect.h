@@ -22,6 +22,7 @@ enum class Cause {
   kCheckpointStrategy,
   kServingConfig,
   kOverProvisioned,
+  kUnderProvisioned,
   kRecipeNumerics,
   kNoLearning,
   kOutOfMemory,
