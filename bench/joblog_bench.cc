@@ -264,6 +264,7 @@ BENCHMARK_CAPTURE(BM_Parser, lightning, "lightning");
 BENCHMARK_CAPTURE(BM_Parser, torchtitan, "torchtitan");
 BENCHMARK_CAPTURE(BM_Parser, nanogpt, "nanogpt");
 BENCHMARK_CAPTURE(BM_Parser, fairseq, "fairseq");
+BENCHMARK_CAPTURE(BM_Parser, mmengine, "mmengine");
 BENCHMARK_CAPTURE(BM_Parser, loss_scale, "loss_scale");
 BENCHMARK_CAPTURE(BM_Parser, errors, "errors");
 BENCHMARK_CAPTURE(BM_Parser, vllm, "vllm");
