@@ -33,10 +33,8 @@ namespace {
 using scan::Find;
 using scan::npos;
 
-constexpr scan::Needle kEpochParen{"Epoch("};
-constexpr scan::Needle kIterParen{"Iter("};
-constexpr scan::Needle kEpochBracket{"Epoch ["};
-constexpr scan::Needle kIterBracket{"Iter ["};
+constexpr scan::Needle kEpoch{"Epoch"};
+constexpr scan::Needle kIter{"Iter"};
 constexpr scan::Needle kSavingAt{"Saving checkpoint at "};
 
 // Beyond any real run: a line past them gives no step (and the product stays far from INT64_MAX).
@@ -111,13 +109,15 @@ class MmengineParser final : public FormatParser {
     const LineFacts& facts = scan::FactsOf(line);
     if (const size_t c = Find(facts, kSavingAt, t); c != npos)
       return Checkpoint(t, c + kSavingAt.text.size(), out);
+    // One search per word; what follows it says which head it is ("(" or " [").
     Head h;
     bool found = false;
-    for (const auto& [needle, by_epoch, paren] :
-         {std::tuple{&kEpochParen, true, true}, std::tuple{&kIterParen, false, true},
-          std::tuple{&kEpochBracket, true, false}, std::tuple{&kIterBracket, false, false}}) {
+    for (const auto& [needle, by_epoch] : {std::pair{&kEpoch, true}, std::pair{&kIter, false}}) {
       const size_t at = Find(facts, *needle, t);
-      if (at != npos && ReadHead(t, at, by_epoch, paren, h)) {
+      const size_t next = at == npos ? npos : at + needle->text.size();
+      if (next >= t.size()) continue;
+      const bool paren = t[next] == '(';
+      if ((paren || t[next] == ' ') && ReadHead(t, at, by_epoch, paren, h)) {
         found = true;
         break;
       }
