@@ -28,6 +28,13 @@ std::vector<Finding> RunDetectors(const DetectInput& in) {
   return out;
 }
 
+std::string EventAttr(const Event& e, std::string_view key) {
+  for (const auto& [k, v] : e.attrs) {
+    if (k == key) return v;
+  }
+  return {};
+}
+
 Evidence MakeEvidence(std::string signal, std::string_view collector, std::string subject, double observed,
                       double expected, std::string unit, std::string note, TimeWindow window) {
   Evidence e;

@@ -46,6 +46,9 @@ std::vector<Finding> RunDetectors(const FleetView& view, TimeNs from, TimeNs now
 Evidence MakeEvidence(std::string signal, std::string_view collector, std::string subject, double observed,
                       double expected, std::string unit, std::string note, TimeWindow window);
 
+// The value of an event's attribute `key`, "" when it has none.
+std::string EventAttr(const Event& e, std::string_view key);
+
 // Small statistics every family uses.
 double Median(std::vector<double> v);  // NaN for none
 double Mean(const std::vector<double>& v);

@@ -14,16 +14,9 @@
 namespace ithbat::detect {
 namespace {
 
-std::string AttrText(const Event& e, std::string_view name) {
-  for (const auto& [k, v] : e.attrs) {
-    if (k == name) return v;
-  }
-  return {};
-}
-
 // A whole non-negative number as printed, or -1.
 int64_t AttrInt(const Event& e, std::string_view name) {
-  const std::string v = AttrText(e, name);
+  const std::string v = EventAttr(e, name);
   if (v.empty() || v.size() > 18 ||
       !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return -1;
@@ -67,7 +60,7 @@ std::vector<Finding> DetectWatchdogTimeouts(const DetectInput& in) {
     r.node = e.identity.node;
     r.pid = e.identity.pid;
     r.seq = seq;
-    r.op = AttrText(e, "op_type");
+    r.op = EventAttr(e, "op_type");
     r.timeout_ms = AttrInt(e, "timeout_ms");
     r.ran_ms = AttrInt(e, "ran_ms");
     // Beyond a year a figure is not a wait a watchdog reports (and would overflow in ns).

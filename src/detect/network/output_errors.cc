@@ -11,16 +11,10 @@
 namespace ithbat::detect {
 namespace {
 
-std::string AttrOf(const Event& e, std::string_view name) {
-  for (const auto& [k, v] : e.attrs) {
-    if (k == name) return v;
-  }
-  return {};
-}
-
 // "kp-ddp-worker-0 → 10.216.210.236 (IBV_WC_RETRY_EXC_ERR)" or what of it was printed.
 std::string Describe(const Event& e) {
-  const std::string host = AttrOf(e, "host"), peer = AttrOf(e, "peer"), status = AttrOf(e, "status_name");
+  const std::string host = EventAttr(e, "host"), peer = EventAttr(e, "peer"),
+                    status = EventAttr(e, "status_name");
   std::string s = host.empty() ? std::string("a rank") : host;
   if (!peer.empty()) s += " → " + peer;
   if (!status.empty()) s += fmt::format(" ({})", status);
@@ -42,7 +36,7 @@ void AddJobOutputNetworkErrors(const DetectInput& in, std::vector<Finding>& find
   std::map<std::string, std::map<std::string, std::vector<Event>>> by_job;  // job → suspect → events
   for (auto& e : in.view.Events(q)) {
     if (e.name != "nccl_net_error" || e.identity.job.empty()) continue;
-    std::string suspect = AttrOf(e, "suspect");
+    std::string suspect = EventAttr(e, "suspect");
     if (suspect.empty()) suspect = "unknown";
     auto& list = by_job[e.identity.job][suspect];
     if (list.size() < 4096) list.push_back(std::move(e));
@@ -55,7 +49,7 @@ void AddJobOutputNetworkErrors(const DetectInput& in, std::vector<Finding>& find
         ev.push_back(MakeEvidence(
             "error{name=\"nccl_net_error\"}", kCollectorJoblog,
             e.identity.rank >= 0 ? fmt::format("rank {}", e.identity.rank) : Describe(e), 1, 0, "failures",
-            fmt::format("NCCL {} transport: {}: {}", AttrOf(e, "transport"), Describe(e), meaning),
+            fmt::format("NCCL {} transport: {}: {}", EventAttr(e, "transport"), Describe(e), meaning),
             {e.time, e.time}));
       }
       if (events.size() > kNetErrorMaxEvidence) {
