@@ -22,13 +22,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // are ~20 000 lines, 28 hours of vLLM's 5 s stats interval.
 constexpr size_t kLogEventLimit = 100'000;
 
-// The engine a stats line came from (the parser's "engine" attribute).
-std::string LogEngine(const Event& e) {
-  for (const auto& [k, v] : e.attrs) {
-    if (k == "engine") return v;
-  }
-  return "";
-}
 // A stats event's place in a scrape: 0 running, 1 waiting, 2 KV usage, -1 none (vLLM and
 // SGLang name them differently: collect/joblog/parsers/serving.cc).
 int LogField(std::string_view name) {
@@ -65,6 +58,7 @@ class Server {
       signal_waiting_ = sglang ? "queued_requests" : "waiting_requests";
       signal_kv_ = sglang ? "token_usage_ratio" : "kv_cache_usage_ratio";
       scrape_word_ = "stats lines";
+      scrape_one_ = "stats line";
       LoadLog();
     } else {
       Load();
@@ -72,11 +66,12 @@ class Server {
     if (scrapes_.empty()) return;
     FindGpus();
     Estimate();
+    bool config_found = false;
     if (slots_ > 0) {
-      JudgeServingConfig(out);
+      config_found = JudgeServingConfig(out);
       JudgeOverProvisioned(out);
     }
-    JudgeQueuePressure(out);
+    JudgeQueuePressure(out, config_found);
   }
 
  private:
@@ -135,14 +130,11 @@ class Server {
     q.limit = kLogEventLimit;
     std::map<std::pair<TimeNs, std::string>, std::array<double, 3>> lines;
     for (const Event& e : in_.view.Events(q)) {
-      if (e.identity.node != key_.node || LogEngine(e) != key_.engine) continue;
+      if (e.identity.node != key_.node || EventAttr(e, "engine") != key_.engine) continue;
       const int field = LogField(e.name);
       if (field < 0 || !std::isfinite(e.value)) continue;
-      std::string engine_index;
-      for (const auto& [k, v] : e.attrs) {
-        if (k == "engine_index") engine_index = v;
-      }
-      auto [it, fresh] = lines.try_emplace({e.time, engine_index}, std::array<double, 3>{kNaN, kNaN, kNaN});
+      auto [it, fresh] =
+          lines.try_emplace({e.time, EventAttr(e, "engine_index")}, std::array<double, 3>{kNaN, kNaN, kNaN});
       it->second[static_cast<size_t>(field)] = e.value;
     }
     for (const auto& [at, f] : lines) {
@@ -294,7 +286,8 @@ class Server {
                             note, f.window));
   }
 
-  void JudgeServingConfig(std::vector<Finding>& out) const {
+  // Whether it reported serving_config (free slots).
+  bool JudgeServingConfig(std::vector<Finding>& out) const {
     int both = 0, streak = 0, seen = 0;
     double wait_sum = 0, run_sum = 0;
     TimeNs first = 0;
@@ -314,7 +307,7 @@ class Server {
         streak = 0;
       }
     }
-    if (first == 0 || static_cast<double>(both) < kServingWaitingShare * seen) return;
+    if (first == 0 || static_cast<double>(both) < kServingWaitingShare * seen) return false;
     Finding f = Base(Cause::kServingConfig);
     const int engines = std::max(1, engines_);
     f.provable_at = first;
@@ -345,6 +338,7 @@ class Server {
         100 * std::max(0.0, prefill_share_), 100 * (1 - kv_peak_), gpus_batched_,
         gpus_.empty() ? engines * std::max(1, tp_) : static_cast<int>(gpus_.size()));
     out.push_back(std::move(f));
+    return true;
   }
 
   // What the scrapes of one kind of queue pressure add up to.
@@ -357,6 +351,9 @@ class Server {
     int engine_scrapes = 0;
   };
   enum class Queue : uint8_t { kNone, kCapacity, kSlotCap, kLimitUnknown };
+  static std::string_view QueueName(Queue q) {
+    return q == Queue::kCapacity ? "capacity" : q == Queue::kSlotCap ? "slot-cap" : "slot-limit-unknown";
+  }
 
   // A queue beside which engine state (see the header: under_provisioned, serving_config (b),
   // and the slot limit unknown).
@@ -369,7 +366,8 @@ class Server {
     return kv < kSlotCapKvShare ? Queue::kSlotCap : Queue::kCapacity;
   }
 
-  void JudgeQueuePressure(std::vector<Finding>& out) const {
+  // config_found: JudgeServingConfig reported this server (one serving_config per server).
+  void JudgeQueuePressure(std::vector<Finding>& out, bool config_found) const {
     std::map<Queue, Pressure> by;
     for (const auto& [t, sc] : scrapes_) {
       std::set<Queue> seen_here;
@@ -395,30 +393,22 @@ class Server {
       }
     }
     const int seen = static_cast<int>(scrapes_.size());
-    const bool config_found = std::any_of(out.begin(), out.end(), [&](const Finding& f) {
-      return f.cause == Cause::kServingConfig && f.subjects.job == key_.id &&
-             f.subjects.nodes == std::vector{key_.node};
-    });
     for (const auto& [q, p] : by) {
       const bool proven = p.first != 0 && static_cast<double>(p.hits) >= kServingWaitingShare * seen;
       // Material shorter than a pattern, every scrape of it under pressure: said, not proven.
       const bool brief = !proven && seen < kServingDebounce && p.hits == seen;
       if (in_.trace != nullptr) {
         in_.trace->push_back(
-            fmt::format("inference_efficiency: {} on {}: {} queue in {} of {} scrapes (longest run needed "
-                        "{}, share needed "
-                        "{:.0f}%): {}",
-                        key_.id, key_.node,
-                        q == Queue::kCapacity  ? "capacity"
-                        : q == Queue::kSlotCap ? "slot-cap"
-                                               : "slot-limit-unknown",
-                        p.hits, seen, kServingDebounce, 100 * kServingWaitingShare,
+            fmt::format("inference_efficiency: {} on {}: {} queue in {} of {} {} (needs {} in a row and "
+                        "{:.0f}% of them): {}",
+                        key_.id, key_.node, QueueName(q), p.hits, seen, scrape_word_, kServingDebounce,
+                        100 * kServingWaitingShare,
                         proven  ? "reported"
-                        : brief ? "reported inconclusive (too few scrapes)"
+                        : brief ? "reported inconclusive (too few)"
                                 : "no pattern"));
       }
       if (!proven && !brief) continue;
-      if (q == Queue::kSlotCap && config_found) continue;  // one serving_config per server
+      if (q == Queue::kSlotCap && config_found) continue;
       out.push_back(QueueFinding(q, p, seen, proven));
     }
   }
@@ -472,9 +462,8 @@ class Server {
         key_.node, what, waiting, running, p.hits, seen, scrape_word_);
     std::vector<std::string> missing;
     if (!proven) {
-      const std::string one = scrape_word_.substr(0, scrape_word_.size() - 1);  // "scrape", "stats line"
       missing.push_back(fmt::format("{} {} only: a pattern needs {} in a row", seen,
-                                    seen == 1 ? one : scrape_word_, kServingDebounce));
+                                    seen == 1 ? scrape_one_ : scrape_word_, kServingDebounce));
     }
     if (q == Queue::kLimitUnknown)
       missing.push_back("the slot limit (start the server with --max-num-seqs, or let the agent scrape it)");
@@ -533,7 +522,7 @@ class Server {
   std::string signal_running_ = "ithbat_serving_requests_running";
   std::string signal_waiting_ = "ithbat_serving_requests_waiting";
   std::string signal_kv_ = "ithbat_serving_kv_cache_usage_ratio";
-  std::string scrape_word_ = "scrapes";
+  std::string scrape_word_ = "scrapes", scrape_one_ = "scrape";
   bool has_kv_ = false;  // a KV-usage value was read (from /metrics or every stats line)
   int servers_on_node_ = 1;
   std::string gpu_origin_;
@@ -586,7 +575,7 @@ std::vector<ServingEndpoint> DiscoverServers(const FleetView& view, TimeNs from,
   std::map<std::tuple<std::string, std::string, int32_t, std::string>, ServingEndpoint> logged;
   for (const Event& e : view.Events(q)) {
     if (scraped_nodes.contains(e.identity.node) || LogField(e.name) < 0) continue;
-    const std::string engine = LogEngine(e);
+    const std::string engine = EventAttr(e, "engine");
     auto [it, fresh] = logged.try_emplace({e.identity.node, e.identity.job, e.identity.pid, engine});
     ServingEndpoint& s = it->second;
     if (fresh) {
