@@ -146,27 +146,11 @@ class MmengineParser final : public FormatParser {
         e->attrs.emplace_back("source", "epoch");
       }
     }
-    // "key: value" items separated by two spaces (mmengine) or ", " (mmcv); a value may itself hold
-    // ", " (mmcv's eta "1 day, 2:03:04"), whose tail then reads as an item without a key: skipped.
-    std::string_view rest = t.substr(h.body);
-    for (int items = 0; items < 64 && !rest.empty(); ++items) {
-      size_t p = 0;
-      while (p < rest.size() && (scan::IsSpace(rest[p]) || rest[p] == ',')) ++p;
-      rest.remove_prefix(p);
-      const size_t colon = rest.find(": ");
-      if (colon == npos || colon == 0 || colon > 64) break;
-      const std::string_view key = rest.substr(0, colon);
-      if (key.find(' ') != npos || key.find(',') != npos) {  // the tail of a value with spaces
-        rest.remove_prefix(key.find_last_of(" ,") + 1);
-        continue;
-      }
-      rest.remove_prefix(colon + 2);
-      size_t end = 0;
-      while (end < rest.size() && !scan::IsSpace(rest[end]) && rest[end] != ',') ++end;
-      const std::string_view value = rest.substr(0, end);
-      rest.remove_prefix(end);
-      Item(key, value, step, emit);
-    }
+    // "key: value" items separated by two spaces (mmengine) or ", " (mmcv). A value holding spaces
+    // (mmcv's eta "1 day, 2:03:04") leaves words the scanner skips, or reads as a key Item ignores.
+    scan::PairScanner items(t.substr(h.body), scan::PairScanner::Style::kColon, 64);
+    scan::KeyValue kv;
+    while (items.Next(kv)) Item(kv.key, kv.value, step, emit);
     return true;
   }
 
