@@ -62,6 +62,19 @@ Result<MetricType> ParseMetricType(std::string_view s) {
   return MakeErrorF(ErrorCode::kParse, "unknown metric type '{}'", Cut(s, 32));
 }
 
+// A string member, or "" when it is absent or not a string. json::value() would throw on a
+// member of another type, and an agent's answer may hold anything.
+std::string StringMember(const json& o, const char* key) {
+  if (!o.is_object()) return std::string();
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+bool TrueMember(const json& o, const char* key) {
+  if (!o.is_object()) return false;
+  auto it = o.find(key);
+  return it != o.end() && it->is_boolean() && it->get<bool>();
+}
+
 // Optional typed members of an event object; a member of the wrong type is an error.
 Result<std::string> OptString(const json& o, const char* key) {
   auto it = o.find(key);
@@ -414,7 +427,7 @@ struct AgentClient::Impl {
   Result<json> GetData(const std::string& path, const Params& params) {
     auto j = GetJson(path, params);
     if (!j) return std::unexpected(j.error());
-    if (!j->is_object() || j->value("status", "") != "success" || !j->contains("data")) {
+    if (!j->is_object() || StringMember(*j, "status") != "success" || !j->contains("data")) {
       return MakeErrorF(ErrorCode::kParse, "the agent at {} answered {} without status \"success\" and data",
                         Address(), path);
     }
@@ -684,8 +697,8 @@ Result<std::vector<Diagnosis>> AgentClient::Diagnoses() {
     return MakeErrorF(ErrorCode::kParse, "the agent at {} answered {} with invalid JSON: {}",
                       impl_->Address(), path, Cut(e.what()));
   }
-  if (!j.is_object() || j.value("schema", "") != investigate::kDiagnosisSchema || !j.contains("diagnoses") ||
-      !j["diagnoses"].is_array()) {
+  if (!j.is_object() || StringMember(j, "schema") != investigate::kDiagnosisSchema ||
+      !j.contains("diagnoses") || !j["diagnoses"].is_array()) {
     return MakeErrorF(ErrorCode::kParse,
                       "the agent at {} answered {} with something other than {{\"schema\":\"{}\","
                       "\"diagnoses\":[...]}}",
@@ -775,13 +788,13 @@ Status AgentClient::PullInto(store::Store& store, TimeNs from, TimeNs to, PullSt
                       impl.Address());
   std::vector<MetricDesc> stored;
   for (const json& m : *list) {
-    if (!m.is_object() || !m.value("stored", false)) continue;
+    if (!m.is_object() || !TrueMember(m, "stored")) continue;
     MetricDesc d;
     try {
       d.name = m.at("name").get<std::string>();
-      d.help = m.value("help", "");
-      d.unit = m.value("unit", "");
-      auto type = ParseMetricType(m.value("type", ""));
+      d.help = StringMember(m, "help");
+      d.unit = StringMember(m, "unit");
+      auto type = ParseMetricType(StringMember(m, "type"));
       if (!type)
         return MakeErrorF(ErrorCode::kParse, "the agent at {}: metric {}: {}", impl.Address(),
                           Cut(d.name, 80), type.error().message);

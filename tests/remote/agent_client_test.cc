@@ -430,6 +430,38 @@ TEST(AgentClientFailures, HostileAnswersAreBounded) {
   EXPECT_LT(MonotonicNowNs() - started, 3 * kNsPerSec);
 }
 
+// Members of the wrong type (a status that is a number, a schema that is an object, "stored":
+// "yes") are a refusal, not an exception: json::value() throws on them and a hub pulling such an
+// agent used to stop. Found by agent_client_fuzz.
+TEST(AgentClientFailures, MembersOfTheWrongTypeAreRefusedNotThrown) {
+  std::vector<AgentAnswer> answers = {
+      {200, R"({"status":1,"data":[]})"},
+      {200, R"({"status":"success","data":[{"name":"m","stored":"yes","type":7,"help":[]}]})"},
+  };
+  size_t next = 0;
+  AgentClientOptions o;
+  o.transport = [&](const std::string&) -> Result<AgentAnswer> {
+    if (next >= answers.size()) return MakeError(ErrorCode::kUnavailable, "no more answers");
+    return answers[next++];
+  };
+  AgentClient client(o);
+  auto dest = EmptyStore();
+  PullStats stats;
+  auto st = client.PullInto(*dest, kT0, kT0 + kS, &stats);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_EQ(st.error().code, ErrorCode::kParse);
+  EXPECT_THAT(st.error().message, HasSubstr("without status \"success\""));
+  // "stored" that is not true: the metric is not one the agent stores, and nothing is asked for it.
+  st = client.PullInto(*dest, kT0, kT0 + kS, &stats);
+  EXPECT_TRUE(stats.reached);
+  EXPECT_EQ(stats.metrics, 0u);
+  answers = {{200, R"({"schema":{"v":1},"diagnoses":[]})"}};
+  next = 0;
+  auto d = client.Diagnoses();
+  ASSERT_FALSE(d.has_value());
+  EXPECT_EQ(d.error().code, ErrorCode::kParse);
+}
+
 TEST(HostPortTest, Parses) {
   auto a = ParseHostPort("node01:9479", 1);
   ASSERT_TRUE(a.has_value());
