@@ -185,4 +185,20 @@ std::vector<NormalSample> Normalise(Engine engine, const Exposition& expo) {
   return out;
 }
 
+std::optional<Engine> EngineOfExposition(const Exposition& expo) {
+  auto of = [](std::string_view name) -> std::optional<Engine> {
+    if (name.starts_with("vllm:")) return Engine::kVllm;
+    if (name.starts_with("sglang:")) return Engine::kSglang;
+    if (name.starts_with("tgi_")) return Engine::kTgi;
+    return std::nullopt;
+  };
+  for (const ExpoSample& s : expo.samples) {
+    if (auto e = of(s.name)) return e;
+  }
+  for (const auto& [family, type] : expo.types) {  // a capture of HELP/TYPE lines only
+    if (auto e = of(family)) return e;
+  }
+  return std::nullopt;
+}
+
 }  // namespace ithbat::collect::serving

@@ -34,6 +34,7 @@
 // dropped: one NaN would poison every rate computed from the series.
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,5 +77,10 @@ struct NormalSample {
 
 // Ordered by (series, engine_index, model); at most one sample per such key.
 std::vector<NormalSample> Normalise(Engine engine, const Exposition& expo);
+
+// The engine whose metric names the exposition holds ("vllm:", "sglang:", "tgi_"): for a body
+// with no command line beside it (a saved scrape). The first engine named wins; nullopt when
+// none is (a DCGM exporter's, a node exporter's).
+std::optional<Engine> EngineOfExposition(const Exposition& expo);
 
 }  // namespace ithbat::collect::serving

@@ -293,26 +293,12 @@ Status ServingCollector::CollectImpl(TimeNs tick_time) {
 
   for (size_t i = 0; i < servers.size(); i++) {
     const ServerInfo& server = servers[i];
-    bool up = false;
     if (!bodies[i]) {
       ReportError(Error{bodies[i].error().code, fmt::format("{}: {}", ServerName(server), bodies[i].error().message)});
-    } else if (auto expo = serving::ParseExposition(*bodies[i], options_.limits); !expo) {
-      ReportError(Error{expo.error().code, fmt::format("{}: {}", ServerName(server), expo.error().message)});
-    } else {
-      up = true;
-      if (expo->errors > 0) {
-        ReportError(Error{ErrorCode::kParse, fmt::format("{}: {} malformed /metrics lines skipped; first at line {}: {}",
-                                                         ServerName(server), expo->errors, expo->first_error_line,
-                                                         expo->first_error)});
-      }
-      if (expo->dropped_samples > 0) {
-        ReportError(Error{ErrorCode::kResourceExhausted,
-                          fmt::format("{}: {} samples beyond the bound of {} ignored", ServerName(server),
-                                      expo->dropped_samples, options_.limits.max_samples)});
-      }
-      EmitNormalised(server, serving::Normalise(server.engine, *expo), tick_time);
+      EmitServer(server, false, tick_time);
+      continue;
     }
-    EmitServer(server, up, tick_time);
+    for (const Error& e : IngestScrape(server, *bodies[i], tick_time)) ReportError(e);
   }
 
   if (over_series_bound_ > 0) {
@@ -324,6 +310,35 @@ Status ServingCollector::CollectImpl(TimeNs tick_time) {
                       fmt::format("{} appends failed this tick; first: {}", append_failures_, first_append_error_)});
   }
   return Ok();
+}
+
+std::vector<Error> ServingCollector::IngestScrape(const ServerInfo& server, std::string_view body, TimeNs t) {
+  std::vector<Error> problems;
+  if (sink_ == nullptr) {
+    problems.push_back(Error{ErrorCode::kInternal, "a scrape ingested before Init: nothing written"});
+    return problems;
+  }
+  auto expo = serving::ParseExposition(body, options_.limits);
+  if (!expo) {
+    problems.push_back(
+        Error{expo.error().code, fmt::format("{}: {}", ServerName(server), expo.error().message)});
+    EmitServer(server, false, t);
+    return problems;
+  }
+  if (expo->errors > 0) {
+    problems.push_back(
+        Error{ErrorCode::kParse,
+              fmt::format("{}: {} malformed /metrics lines skipped; first at line {}: {}", ServerName(server),
+                          expo->errors, expo->first_error_line, expo->first_error)});
+  }
+  if (expo->dropped_samples > 0) {
+    problems.push_back(Error{ErrorCode::kResourceExhausted,
+                             fmt::format("{}: {} samples beyond the bound of {} ignored", ServerName(server),
+                                         expo->dropped_samples, options_.limits.max_samples)});
+  }
+  EmitNormalised(server, serving::Normalise(server.engine, *expo), t);
+  EmitServer(server, true, t);
+  return problems;
 }
 
 void ServingCollector::EmitNormalised(const ServerInfo& server, const std::vector<serving::NormalSample>& samples,

@@ -97,6 +97,12 @@ class ServingCollector final : public agent::Collector {
   std::vector<MetricDesc> Describe() const override;
   const ServingOptions& options() const { return options_; }
 
+  // One server's /metrics body, scraped at t, into the sink: what Collect does with every scrape
+  // it makes, public for `ithbat replay --scrape` (a body someone saved). Needs Init. Writes the
+  // normalised series and ithbat_serving_up (0 when the body is over max_body_bytes) and returns
+  // the problems an agent would report: malformed lines skipped, samples over the bound ignored.
+  std::vector<Error> IngestScrape(const serving::ServerInfo& server, std::string_view body, TimeNs t);
+
  protected:
   Status InitImpl(Sink& sink) override;
   Status CollectImpl(TimeNs tick_time) override;
