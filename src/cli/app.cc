@@ -116,10 +116,10 @@ void BuildApp(CLI::App& app, CliState& st) {
   st.parse_cmd->add_flag("--summary", st.parse.summary, "Print lines, events and the detected framework per file on stderr");
   st.parse_cmd->add_option("files", st.parse.files, "Log files; - or nothing reads stdin");
 
-  st.replay_cmd = app.add_subcommand(
-      "replay",
-      "Run the diagnosis engine over log files and kernel-log lines someone handed over, as one node's "
-      "evidence, offline (docs/joblog.md)");
+  st.replay_cmd = app.add_subcommand("replay",
+                                     "Run the diagnosis engine over log files, kernel-log lines and /metrics "
+                                     "scrapes someone handed over, as one node's "
+                                     "evidence, offline (docs/joblog.md)");
   st.replay_cmd->add_option("--job", st.replay.job, "The job id the material is filed under")
       ->capture_default_str();
   st.replay_cmd->add_option("--node", st.replay.node, "The node name it is filed under")
@@ -131,10 +131,19 @@ void BuildApp(CLI::App& app, CliState& st) {
           "--interval", st.replay.interval_seconds,
           "Seconds between two lines of a file (logs share no clock: line n is dated n intervals in)")
       ->capture_default_str();
+  st.replay_cmd
+      ->add_option(
+          "--times", st.replay.times,
+          "lines: date line n at n intervals; stamps: by each line's own time stamp, where a file has them")
+      ->check(CLI::IsMember({"lines", "stamps"}))
+      ->capture_default_str();
   st.replay_cmd->add_option("--format", st.replay.format, "The job-output parser (as ithbat parse)")
       ->capture_default_str();
   st.replay_cmd->add_option("--kmsg", st.replay.kmsg,
                             "A kernel-log file (dmesg, journalctl -k, syslog); repeatable");
+  st.replay_cmd->add_option(
+      "--scrape", st.replay.scrapes,
+      "A saved /metrics body of a vLLM, SGLang or TGI server; repeatable, in scrape order");
   st.replay_cmd->add_option("--price", st.replay.list_price_per_gpu_hour,
                             "List price per GPU-hour, for the cost");
   st.replay_cmd->add_flag("--json", st.replay.json, "Print schema v1 diagnosis lines only");

@@ -16,7 +16,8 @@ namespace ithbat::cli {
 
 std::optional<std::string> ReadLogEvents(int fd, const std::string& name,
                                          collect::joblog::StreamParser* parser, const JobLogEventFn& on_job,
-                                         const KernelLogEventFn& on_kernel, LogReadResult& result) {
+                                         const KernelLogEventFn& on_kernel, LogReadResult& result,
+                                         const LogLineFn& on_line) {
   collect::joblog::LineAssembler assembler(collect::joblog::kMaxLineBytes);
   std::vector<collect::joblog::AssembledLine> lines;
   std::vector<collect::joblog::ParsedEvent> events;
@@ -25,6 +26,7 @@ std::optional<std::string> ReadLogEvents(int fd, const std::string& name,
   auto handle = [&](collect::joblog::AssembledLine& l) {
     const uint64_t number = line_no + 1;
     if (!l.progress) line_no++;
+    if (on_line) on_line(l.text, number);
     if (parser == nullptr) {
       // Kernel lines are the kernel's, kept as read (the collector does not redact them).
       if (auto rec = collect::ParseKernelLogLine(l.text)) on_kernel(collect::XidEvent(*rec), number);

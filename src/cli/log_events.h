@@ -27,12 +27,16 @@ using JobLogEventFn = std::function<void(collect::joblog::ParsedEvent& event, ui
                                          std::string_view framework)>;
 // A kernel-log Xid event as the kmsg collector builds it (time not set), with its line number.
 using KernelLogEventFn = std::function<void(Event event, uint64_t line)>;
+// Every line as read (before redaction and parsing), with its number: called before the events
+// of that line are delivered.
+using LogLineFn = std::function<void(std::string_view text, uint64_t line)>;
 
 // Reads `fd` to its end. With a parser, every line goes through it and `on_job` sees each event;
 // without, every line through the kernel-log reader and `on_kernel` sees each Xid. Returns an
 // error message when a read fails (what was read before is delivered).
 std::optional<std::string> ReadLogEvents(int fd, const std::string& name,
                                          collect::joblog::StreamParser* parser, const JobLogEventFn& on_job,
-                                         const KernelLogEventFn& on_kernel, LogReadResult& result);
+                                         const KernelLogEventFn& on_kernel, LogReadResult& result,
+                                         const LogLineFn& on_line = {});
 
 }  // namespace ithbat::cli

@@ -18,6 +18,10 @@
 #include "cli/log_events.h"
 #include "collect/joblog/step_spans.h"
 #include "collect/joblog/stored_event.h"
+#include "collect/joblog/text/line_time.h"
+#include "collect/serving/normalise.h"
+#include "collect/serving/serving_collector.h"
+#include "core/file_util.h"
 #include "investigate/diagnosis_json.h"
 #include "investigate/investigator.h"
 #include "store/store.h"
@@ -40,6 +44,30 @@ constexpr std::pair<std::string_view, std::string_view> kAbsentCollectors[] = {
     {"serving", "inference servers' /metrics"},
 };
 
+// The first stamp among a file's first kReplayStampLookaheadLines lines (read raw, at most
+// kReplayStampLookaheadBytes), or nullopt: the file is dated by line number then.
+std::optional<TimeNs> FirstStamp(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;  // the main pass says why
+  std::string head(kReplayStampLookaheadBytes, '\0');
+  size_t got = 0;
+  while (got < head.size()) {
+    const ssize_t n = ::read(fd, head.data() + got, head.size() - got);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  head.resize(got);
+  collect::joblog::LineClock clock(kReplayStampYear);
+  std::string_view rest = head;
+  for (size_t i = 0; i < kReplayStampLookaheadLines && !rest.empty(); ++i) {
+    const size_t eol = rest.find('\n');
+    if (auto t = clock.Read(rest.substr(0, eol))) return t;
+    rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
+  }
+  return std::nullopt;
+}
+
 std::string Plural(uint64_t n, std::string_view one, std::string_view many) {
   return fmt::format("{} {}", n, n == 1 ? one : many);
 }
@@ -47,14 +75,18 @@ std::string Plural(uint64_t n, std::string_view one, std::string_view many) {
 }  // namespace
 
 Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
-  if (options.logs.empty() && options.kmsg.empty())
-    return MakeError(ErrorCode::kInvalidArgument, "give at least one log file (or --kmsg FILE)");
-  if (options.logs.size() + options.kmsg.size() > kReplayMaxFiles)
+  if (options.logs.empty() && options.kmsg.empty() && options.scrapes.empty())
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "give at least one log file (or --kmsg FILE, --scrape FILE)");
+  if (options.logs.size() + options.kmsg.size() + options.scrapes.size() > kReplayMaxFiles)
     return MakeErrorF(ErrorCode::kInvalidArgument, "at most {} files per replay", kReplayMaxFiles);
   if (!(options.interval_seconds > 0) || options.interval_seconds > 3600)
     return MakeError(ErrorCode::kInvalidArgument, "--interval must be above 0 and at most 3600 seconds");
   if (options.job.empty() || options.node.empty())
     return MakeError(ErrorCode::kInvalidArgument, "--job and --node must not be empty");
+  if (options.times != "lines" && options.times != "stamps")
+    return MakeError(ErrorCode::kInvalidArgument, "--times must be lines or stamps");
+  const bool by_stamps = options.times == "stamps";
 
   collect::joblog::StreamParserOptions so;
   so.format = options.format;
@@ -69,15 +101,33 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
   if (!opened) return std::unexpected(opened.error());
   store::Store& store = **opened;
 
+  // --times stamps: a file whose first kReplayStampLookaheadLines lines hold a stamp is dated by
+  // its stamps; the earliest first stamp is the origin from which undated material (files without
+  // stamps, scrapes) is dated by number.
+  std::map<std::string, TimeNs> first_stamps;
+  TimeNs origin = kReplayStart;
+  if (by_stamps) {
+    TimeNs earliest = kMaxTime;
+    for (const auto* paths : {&options.logs, &options.kmsg}) {
+      for (const auto& path : *paths) {
+        if (auto t = FirstStamp(path)) {
+          first_stamps[path] = *t;
+          earliest = std::min(earliest, *t);
+        }
+      }
+    }
+    if (earliest != kMaxTime) origin = earliest;
+  }
+
   ReplayResult result;
-  result.start = kReplayStart;
-  result.end = kReplayStart;
+  result.start = origin;
+  result.end = origin;
   const TimeNs interval = static_cast<TimeNs>(std::llround(options.interval_seconds * 1e9));
   // Saturates rather than overflows: a file of billions of lines at an hour apart ends at kMaxTime.
-  const uint64_t max_steps = static_cast<uint64_t>((kMaxTime - kReplayStart - kReplayTail) / interval);
+  const uint64_t max_steps = static_cast<uint64_t>((kMaxTime - origin - kReplayTail) / interval);
   auto time_of = [&](uint64_t line) {
     const uint64_t n = line > 0 ? line - 1 : 0;
-    return kReplayStart + static_cast<TimeNs>(std::min(n, max_steps)) * interval;
+    return origin + static_cast<TimeNs>(std::min(n, max_steps)) * interval;
   };
   // Per-file tallies by error class and (file, rank) streams are bounded: a hostile file may name
   // a new class or rank on every line.
@@ -94,24 +144,51 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
     }
   };
 
+  // The time of a file's line: its last stamp (a file dated by stamps: the lines before its first
+  // stamp take that stamp's time; a stamp earlier than the one before keeps the later one, as
+  // order within a file is kept), or by its number.
+  struct FileClock {
+    std::optional<TimeNs> stamped_from;  // the file's first stamp, when it is dated by stamps
+    collect::joblog::LineClock clock{kReplayStampYear};
+    TimeNs now = 0;
+  };
+  auto line_time = [&](const FileClock& fc, uint64_t line) {
+    return fc.stamped_from ? fc.now : time_of(line);
+  };
+
   // One file through ReadLogEvents (a parser: job output; none: a kernel log), its tally kept.
-  auto replay_file = [&](const std::string& path, collect::joblog::StreamParser* parser,
+  auto replay_file = [&](const std::string& path, collect::joblog::StreamParser* parser, FileClock& fc,
                          const JobLogEventFn& on_job, const KernelLogEventFn& on_kernel, ReplayFile& file) {
     file.path = path;
     file.kernel_log = parser == nullptr;
+    if (auto it = first_stamps.find(path); it != first_stamps.end()) {
+      fc.stamped_from = it->second;
+      fc.now = it->second;
+      file.first_time = it->second;
+    }
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       file.failure = std::strerror(errno);
       return;
     }
     LogReadResult read;
-    auto failure = ReadLogEvents(fd, path, parser, on_job, on_kernel, read);
+    LogLineFn on_line;
+    if (fc.stamped_from) {
+      on_line = [&](std::string_view text, uint64_t) {
+        if (auto t = fc.clock.Read(text)) {
+          file.stamped++;
+          fc.now = std::max(fc.now, *t);
+        }
+      };
+    }
+    auto failure = ReadLogEvents(fd, path, parser, on_job, on_kernel, read, on_line);
     ::close(fd);
     file.lines = read.lines;
     file.framework = read.framework;
     file.copies = read.copies;
     if (failure) file.failure = *failure;
-    result.end = std::max(result.end, read.lines > 0 ? time_of(read.lines) : kReplayStart);
+    if (fc.stamped_from) file.last_time = fc.now;
+    result.end = std::max(result.end, read.lines > 0 ? line_time(fc, read.lines) : origin);
   };
 
   // Job output: one stream per file; one number per (file, rank) in place of a pid.
@@ -119,9 +196,10 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
   std::map<std::pair<size_t, int32_t>, int32_t> stream_ids;
   for (size_t i = 0; i < options.logs.size(); ++i) {
     ReplayFile file;
+    FileClock fc;
     auto parser = collect::joblog::StreamParser::Create(so);
     replay_file(
-        options.logs[i], &*parser,
+        options.logs[i], &*parser, fc,
         [&](collect::joblog::ParsedEvent& pe, uint64_t line, bool, std::string_view framework) {
           Identity id;
           id.node = options.node;
@@ -133,7 +211,7 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
             it = stream_ids.emplace(std::make_pair(i, pe.rank), static_cast<int32_t>(stream_ids.size() + 1)).first;
           // Past the bound, further streams share one number (their ranks still tell them apart).
           id.pid = it != stream_ids.end() ? it->second : static_cast<int32_t>(kReplayMaxStreams + 1);
-          const TimeNs t = time_of(line);
+          const TimeNs t = line_time(fc, line);
           Event e = collect::joblog::StoredEvent(id, pe, t, framework);
           file.by_kind[std::string(EventKindName(e.kind))]++;
           if (e.kind == EventKind::kError) tally(file.errors, e.name);
@@ -151,10 +229,11 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
   // Kernel logs: Xid events as the kmsg collector stores them, GPUs numbered by first appearance.
   for (const auto& path : options.kmsg) {
     ReplayFile file;
+    FileClock fc;
     replay_file(
-        path, nullptr, [](collect::joblog::ParsedEvent&, uint64_t, bool, std::string_view) {},
+        path, nullptr, fc, [](collect::joblog::ParsedEvent&, uint64_t, bool, std::string_view) {},
         [&](Event e, uint64_t line) {
-          e.time = time_of(line);
+          e.time = line_time(fc, line);
           e.identity.node = options.node;
           // An SXid is an NVSwitch's, whose PCI address is no GPU: left unresolved, as the kmsg
           // collector leaves it (NVML lists no such device).
@@ -171,6 +250,45 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
           store_event(std::move(e));
         },
         file);
+    result.files.push_back(std::move(file));
+  }
+
+  // Saved /metrics bodies through the serving collector's own ingest (one scrape each), so the
+  // series are the agent's: the same normalisation, names and labels.
+  std::unique_ptr<collect::ServingCollector> serving;
+  std::map<collect::serving::Engine, uint64_t> scrapes_of;
+  for (const auto& path : options.scrapes) {
+    ReplayFile file;
+    file.path = path;
+    file.scrape = true;
+    const collect::serving::ExpositionLimits limits;
+    auto body = ReadFileBounded(path, limits.max_body_bytes);
+    auto expo = body ? collect::serving::ParseExposition(*body, limits)
+                     : Result<collect::serving::Exposition>(std::unexpected(body.error()));
+    if (!expo) {
+      file.failure = expo.error().message;
+      result.files.push_back(std::move(file));
+      continue;
+    }
+    file.lines = expo->lines;
+    file.by_kind["samples"] = expo->samples.size();
+    const auto engine = collect::serving::EngineOfExposition(*expo);
+    if (!engine) {
+      file.notes.push_back("no inference server's metrics (vllm:, sglang: or tgi_ names): not used");
+      result.files.push_back(std::move(file));
+      continue;
+    }
+    file.framework = collect::serving::EngineName(*engine);
+    if (!serving) {
+      serving = collect::ServingCollector::Create(collect::ServingOptions{});
+      if (auto init = serving->Init(store); !init) return std::unexpected(init.error());
+    }
+    collect::serving::ServerInfo server;
+    server.engine = *engine;
+    const TimeNs t = origin + static_cast<TimeNs>(std::min(scrapes_of[*engine]++, max_steps)) * interval;
+    for (const Error& e : serving->IngestScrape(server, *body, t)) file.notes.push_back(e.message);
+    result.end = std::max(result.end, t);
+    result.scrapes++;
     result.files.push_back(std::move(file));
   }
 
@@ -208,15 +326,32 @@ int RunReplayCommand(const ReplayCommandOptions& options, std::FILE* out, std::F
     return rc;
   }
 
-  fmt::print(out, "replay: job {} on node {}, {} ({} apart from {}; the logs' own times are not read)\n",
-             options.job, options.node, Plural(r.files.size(), "file", "files"),
-             options.interval_seconds == 1.0 ? std::string("lines 1 s")
-                                             : fmt::format("lines {} s", options.interval_seconds),
-             FormatRfc3339(r.start));
+  const std::string numbered =
+      fmt::format("{} {} s", r.scrapes > 0 ? "lines and scrapes" : "lines", options.interval_seconds);
+  if (options.times == "stamps") {
+    fmt::print(
+        out,
+        "replay: job {} on node {}, {} (dated by the lines' own stamps, read as UTC, a stamp without a "
+        "year as of {}; material without stamps: {} apart from {})\n",
+        options.job, options.node, Plural(r.files.size(), "file", "files"), kReplayStampYear, numbered,
+        FormatRfc3339(r.start));
+  } else {
+    fmt::print(out, "replay: job {} on node {}, {} ({} apart from {}; the files' own times are not read)\n",
+               options.job, options.node, Plural(r.files.size(), "file", "files"), numbered,
+               FormatRfc3339(r.start));
+  }
   std::set<std::string> held;
   for (const auto& f : r.files) {
     if (!f.failure.empty()) {
       fmt::print(out, "  {}: not read ({})\n", f.path, f.failure);
+      continue;
+    }
+    if (f.scrape) {
+      fmt::print(out, "  scrape {}: {}, {}{}\n", f.path, Plural(f.lines, "line", "lines"),
+                 Plural(f.by_kind.contains("samples") ? f.by_kind.at("samples") : 0, "sample", "samples"),
+                 f.framework.empty() ? "" : fmt::format(", {} /metrics", f.framework));
+      for (const auto& note : f.notes) fmt::print(out, "    {}\n", note);
+      if (!f.framework.empty()) held.insert("serving");
       continue;
     }
     std::string kinds;
@@ -232,6 +367,15 @@ int RunReplayCommand(const ReplayCommandOptions& options, std::FILE* out, std::F
     if (f.copies > 0)
       fmt::print(out, "    {} repeated a recent line of the same step (other ranks' copies): read once\n",
                  Plural(f.copies, "line", "lines"));
+    if (options.times == "stamps") {
+      if (f.first_time != 0) {
+        fmt::print(out, "    {} stamped, {} to {}\n", Plural(f.stamped, "line", "lines"),
+                   FormatRfc3339(f.first_time), FormatRfc3339(f.last_time));
+      } else {
+        fmt::print(out, "    no stamp in its first {} lines: dated by line number\n",
+                   kReplayStampLookaheadLines);
+      }
+    }
     if (!f.by_kind.empty()) held.insert(f.kernel_log ? "kmsg" : "joblog");
   }
   for (const auto& [pci, index] : r.gpus)
@@ -243,7 +387,9 @@ int RunReplayCommand(const ReplayCommandOptions& options, std::FILE* out, std::F
                options.max_events > 0 ? std::min(options.max_events, kReplayMaxEvents) : kReplayMaxEvents);
   }
   std::vector<std::string> absent;
-  for (const auto& [name, what] : kAbsentCollectors) absent.push_back(fmt::format("{} ({})", name, what));
+  for (const auto& [name, what] : kAbsentCollectors) {
+    if (!held.contains(std::string(name))) absent.push_back(fmt::format("{} ({})", name, what));
+  }
   fmt::print(
       out,
       "  evidence held: {}. Not in a replay: {}. A verdict needs two collectors: what these files cannot "

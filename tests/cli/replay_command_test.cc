@@ -3,7 +3,10 @@
 // a log alone is one collector, so every diagnosis here is inconclusive and names what is missing.
 #include "cli/replay_command.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -54,6 +57,13 @@ CommandRun RunCommand(const ReplayCommandOptions& o) {
     std::fclose(f);
   }
   return r;
+}
+
+// A UTC civil time as ns since the epoch.
+TimeNs CivilUtc(int y, unsigned mo, unsigned d, int h, int mi, int s, int64_t ns) {
+  using namespace std::chrono;
+  const int64_t days = sys_days{year{y} / month{mo} / day{d}}.time_since_epoch().count();
+  return ((days * 24 + h) * 60 + mi) * 60 * kNsPerSec + s * kNsPerSec + ns;
 }
 
 Diagnosis Only(const ReplayResult& r) {
@@ -255,6 +265,100 @@ TEST(ReplayCommand, AnSglangServerWithoutAQueueGivesNothing) {
   }
 }
 
+// Saved /metrics bodies of real servers (../shared/data/serving), each one scrape: every one of
+// them idle or nearly (a queue of 0), so none is a diagnosis — but each is read as the serving
+// collector reads a scrape: its engine told by its names, its series the agent's.
+TEST(ReplayCommand, RealScrapesOfIdleServersAreReadAndGiveNothing) {
+  for (const auto& [file, engine] :
+       {std::pair{"serving/vllm-docs-design-metrics-example-output.txt", "vllm"},
+        std::pair{"serving/production-stack-issue318-vllm-v0-metrics.txt", "vllm"},
+        std::pair{"serving/production-stack-issue617-vllm-0.10-v1-metrics.txt", "vllm"},
+        std::pair{"serving/sglang-pr4444-metrics.txt", "sglang"},
+        std::pair{"serving/tgi-metrics-tgis-compat-ibm-vllm-pr18.txt", "tgi"}}) {
+    testing::TempDir dir;
+    ReplayCommandOptions o;
+    o.scrapes = {Material(dir, file)};
+    auto r = Replay(o);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    ASSERT_EQ(r->files.size(), 1u);
+    EXPECT_TRUE(r->files[0].failure.empty()) << file << ": " << r->files[0].failure;
+    EXPECT_EQ(r->files[0].framework, engine) << file;
+    EXPECT_EQ(r->scrapes, 1u) << file;
+    EXPECT_TRUE(r->diagnoses.empty()) << file << ": " << r->diagnoses.front().summary;
+    // The server is there, up at the scrape's time, under the serving collector's names.
+    bool up = false;
+    for (const auto& [v, samples] : r->view.Samples("", "ithbat_serving_up", kMinTime, kMaxTime)) {
+      up = up || (!samples.empty() && samples.front().v == 1 && samples.front().t == kReplayStart);
+    }
+    EXPECT_TRUE(up) << file;
+  }
+}
+
+TEST(ReplayCommand, AScrapeOfNoInferenceServerIsSaidToHoldNone) {
+  // A DCGM exporter's output holds GPU fields, not a server's: read, named, not used.
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  o.scrapes = {Material(dir, "dcgm/dcgm-exporter-issue250-v100-gpu-util-pcie-replay.txt")};
+  const CommandRun run = RunCommand(o);
+  EXPECT_EQ(run.rc, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("no inference server's metrics (vllm:, sglang: or tgi_ names): not used"));
+  EXPECT_THAT(run.out, HasSubstr("evidence held: none"));
+}
+
+// Successive scrapes of one vLLM v1 server (the names and labels of the vLLM docs' example
+// output; the values are a saturated server's, written for this test): a queue on every scrape
+// with the KV cache 97 % full. /metrics is one collector: under-provisioned, inconclusive, the
+// GPU counters named as missing.
+TEST(ReplayCommand, SuccessiveScrapesOfASaturatedServerAreItsQueueOverTime) {
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  for (int i = 0; i < 8; ++i) {
+    const std::string name = "metrics-" + std::to_string(i) + ".txt";
+    dir.WriteFile(
+        name,
+        "# TYPE vllm:num_requests_running gauge\n"
+        "vllm:num_requests_running{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 48.0\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        "vllm:num_requests_waiting{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} " +
+            std::to_string(100 + 20 * i) +
+            ".0\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 0.97\n");
+    o.scrapes.push_back((dir.path() / name).string());
+  }
+  o.interval_seconds = 10;
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r->scrapes, 8u);
+  EXPECT_EQ(r->end, kReplayStart + 70 * kNsPerSec);
+  const Diagnosis d = Only(*r);
+  EXPECT_EQ(d.cause, Cause::kUnderProvisioned);
+  EXPECT_EQ(d.verdict, Verdict::kInconclusive);
+  EXPECT_THAT(d.summary, HasSubstr("97% full"));
+  EXPECT_THAT(d.summary, HasSubstr("GPU counters"));
+  for (const auto& e : d.evidence) EXPECT_EQ(e.collector, "serving") << e.signal;
+
+  const CommandRun run = RunCommand(o);
+  EXPECT_EQ(run.rc, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("lines and scrapes 10 s apart"));
+  EXPECT_THAT(run.out, HasSubstr("vllm /metrics"));
+  EXPECT_THAT(run.out, HasSubstr("evidence held: serving."));
+  EXPECT_THAT(run.out, ::testing::Not(HasSubstr("serving (inference servers' /metrics)")));
+}
+
+TEST(ReplayCommand, AScrapeThatCannotBeReadIsNamedAndTheRestReplayed) {
+  testing::TempDir dir;
+  dir.WriteFile("huge.txt", std::string(9 << 20, '#'));  // over the agent's 8 MiB body bound
+  ReplayCommandOptions o;
+  o.scrapes = {(dir.path() / "missing.txt").string(), (dir.path() / "huge.txt").string(),
+               Material(dir, "serving/sglang-pr4444-metrics.txt")};
+  const CommandRun run = RunCommand(o);
+  EXPECT_EQ(run.rc, 1);
+  EXPECT_THAT(run.err, HasSubstr("missing.txt"));
+  EXPECT_THAT(run.err, HasSubstr("huge.txt"));
+  EXPECT_THAT(run.out, HasSubstr("sglang /metrics"));
+}
+
 TEST(ReplayCommand, LinesAreDatedByTheirNumberFromAPlainlySyntheticStart) {
   testing::TempDir dir;
   dir.WriteFile("a.log", "iter 1: loss 4.0, time 100.00ms\niter 2: loss 3.9, time 100.00ms\n");
@@ -275,6 +379,74 @@ TEST(ReplayCommand, LinesAreDatedByTheirNumberFromAPlainlySyntheticStart) {
   EXPECT_EQ(events[0].source, "joblog");
   // The step timeline is rebuilt as the agent builds it (collect/joblog/step_spans.h).
   EXPECT_EQ(r->view.Steps("replay", "replay", -1, kMinTime, kMaxTime).size(), 2u);
+}
+
+// --times stamps: a file whose lines carry stamps is dated by them, so the replay's times and
+// durations are the job's; a file without stamps is dated by number from the earliest stamp.
+TEST(ReplayCommand, StampedLinesAreDatedByTheirOwnTime) {
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  o.times = "stamps";
+  o.logs = {Material(dir, "training/torchtitan-pr3393-grad-norm-format.txt"),
+            Material(dir, "training/nanogpt-issue110-old-format-no-mfu.txt")};
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  ASSERT_EQ(r->files.size(), 2u);
+  // torchtitan's first line: "[rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - step: 14 ...".
+  const TimeNs first = CivilUtc(2026, 5, 18, 16, 4, 46, 338'000'000);
+  EXPECT_EQ(r->start, first);
+  EXPECT_EQ(r->files[0].first_time, first);
+  EXPECT_GT(r->files[0].stamped, 1u);
+  EXPECT_GT(r->files[0].last_time, first);
+  EXPECT_EQ(r->files[1].first_time, 0);  // nanoGPT prints no time
+  store::EventQuery q;
+  q.kinds = {EventKind::kLoss};
+  std::map<int32_t, std::vector<TimeNs>> by_stream;
+  for (const Event& e : r->view.Events(q)) by_stream[e.identity.pid].push_back(e.time);
+  ASSERT_EQ(by_stream.size(), 2u);
+  // The torchtitan stream's first loss is at its stamp; nanoGPT's lines count from the same origin.
+  EXPECT_EQ(by_stream[1].front(), first);
+  EXPECT_EQ(by_stream[2].front(), first);
+  EXPECT_EQ(by_stream[2][1], first + kNsPerSec);
+  for (const auto& [pid, times] : by_stream) EXPECT_TRUE(std::is_sorted(times.begin(), times.end())) << pid;
+
+  const CommandRun run = RunCommand(o);
+  EXPECT_EQ(run.rc, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("dated by the lines' own stamps"));
+  EXPECT_THAT(run.out, HasSubstr("no stamp in its first 1000 lines: dated by line number"));
+}
+
+TEST(ReplayCommand, StampsChangeTheTimesNotTheConclusions) {
+  // The watchdog of llamafactory #6269 is stamped "[E1206 18:44:12.715…]" (no year): the same
+  // hang, its ranks named, at December 6 of the stamp year.
+  testing::TempDir dir;
+  ReplayCommandOptions o;
+  o.times = "stamps";
+  o.world_size = 8;
+  o.logs = {Material(dir, "nccl/llamafactory-issue6269-watchdog-reduce-scatter.txt")};
+  auto r = Replay(o);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r->start, CivilUtc(2000, 12, 6, 18, 44, 12, 715'298'746));
+  const Diagnosis d = Only(*r);
+  EXPECT_EQ(d.cause, Cause::kHang);
+  EXPECT_EQ(d.verdict, Verdict::kInconclusive);
+  EXPECT_EQ(Ranks(d), (std::set<int32_t>{1, 2, 5, 6, 7}));
+  // Healthy stamped runs stay healthy.
+  for (const char* file :
+       {"training/fairseq-issue2681-train-inner.txt", "training/torchtitan-pr3393-grad-norm-format.txt",
+        "training/megatron-bridge-issue4024-moe-mtp-losses.txt"}) {
+    ReplayCommandOptions h;
+    h.times = "stamps";
+    h.logs = {Material(dir, file)};
+    auto hr = Replay(h);
+    ASSERT_TRUE(hr.has_value()) << hr.error().message;
+    EXPECT_GT(hr->files[0].stamped, 0u) << file;
+    EXPECT_TRUE(hr->diagnoses.empty()) << file << ": " << hr->diagnoses.front().summary;
+  }
+  ReplayCommandOptions bad;
+  bad.logs = {"/dev/null"};
+  bad.times = "wall";
+  EXPECT_FALSE(Replay(bad).has_value());
 }
 
 TEST(ReplayCommand, RanksOfOneFileAreStreamsOfTheirOwn) {
