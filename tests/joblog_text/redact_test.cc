@@ -76,6 +76,121 @@ TEST(RedactTest, IsIdempotent) {
   }
 }
 
+// Found by line_assembler_fuzz: "u:p@[31m…" is no userinfo (the bracket holds no IPv6 address and
+// never closes); once the Hugging Face token after it became "[REDACTED]", that marker's ']'
+// closed the bracket and a second pass hid "p". Only an IPv6 literal is a bracketed host.
+TEST(RedactTest, AMarkerNeverMakesAHostOfWhatWasNone) {
+  for (const char* in : {" h$ttps://u:p@[31mgreen0C0EfGhIjK\xff\xffhf_AbCdEfGhIjKlMnOpQrStUvn",
+                         "redis://u:p@[not-an-address sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz012345"}) {
+    std::string once = in;
+    RedactSecrets(once);
+    std::string twice = once;
+    EXPECT_EQ(RedactSecrets(twice), 0u) << once;
+    EXPECT_EQ(twice, once);
+  }
+  // An IPv6 host, with or without a zone, is one.
+  for (const char* in : {"postgres://app:s3cretPw9@[::1]:5432/db", "http://app:s3cretPw9@[fe80::1%eth0]/x"}) {
+    std::string line = in;
+    EXPECT_EQ(RedactSecrets(line), 1u) << in;
+    EXPECT_EQ(line.find("s3cretPw9"), std::string::npos) << line;
+  }
+}
+
+// Found by redact_fuzz: "Authorization: <word> -----BEGIN …" and "Bearer -----BEGIN …" took the
+// PEM header's first word for the credential, and the block itself was never looked at again.
+TEST(RedactTest, APrivateKeyAfterAnAuthorizationSchemeWordIsHiddenWhole) {
+  for (const char* in :
+       {"Authorization: abc -----BEGIN RSA PRIVATE KEY-----MIIEpAIBAAKCAQEAx7Zk2Lm9Np4Qr8St3Uv"
+        "-----END RSA PRIVATE KEY----- ",
+        "[rank0]: Authorization: Be: Authorization:a0r -----BEGIN RSA PRIVATE KEY-----"
+        "MIIEpAIBAAKCAQEAx7Zk2Lm9Np4Qr8St3Uv-----END RSA PRIVATE KEY-----",
+        "x: Bearer   -----BEGIN RSA PRIVATE KEY-----MIIEpAIBAAKCAQEAx7Zk2Lm9Np4Qr8St3Uv"
+        "-----END RSA PRIVATE KEY----- "}) {
+    std::string line = in;
+    RedactSecrets(line);
+    EXPECT_EQ(line.find("MIIEpAIBAAKCAQEA"), std::string::npos) << line;
+    std::string twice = line;
+    EXPECT_EQ(RedactSecrets(twice), 0u) << line;
+  }
+}
+
+// Found by line_assembler_fuzz: a path value ("sig:/hf_…") is no secret, the token in it is; the
+// second pass saw "/[REDACTED" and took it for a secret. A marker that is a whole component keeps
+// a path a path.
+TEST(RedactTest, APathWithARedactedComponentStaysAPath) {
+  std::string line = " 234tpskwIn0.sig:/hf_AbCdEfGhIj1lMnOQpz012345";
+  EXPECT_EQ(RedactSecrets(line), 1u);
+  EXPECT_EQ(line, " 234tpskwIn0.sig:/[REDACTED]");
+  std::string twice = line;
+  EXPECT_EQ(RedactSecrets(twice), 0u);
+  EXPECT_EQ(twice, line);
+  // Part of a component, as a JWT after dashes becomes.
+  line = "x.sig:/---------eyJhbGciOiJIUzI1NiJ9.eyJzdWIiO0NTY3ODkwIn0.sig";
+  EXPECT_EQ(RedactSecrets(line), 1u);
+  EXPECT_EQ(line, "x.sig:/---------[REDACTED]");
+  twice = line;
+  EXPECT_EQ(RedactSecrets(twice), 0u);
+}
+
+// Found by redact_fuzz: "${OPEer\"…" is no ${VAR} expansion; read as one, its decision rested on
+// a '}' that a later secret's redaction took away, and the second pass redacted it.
+TEST(RedactTest, AnExpansionIsANameThenACloseOrAnOperator) {
+  std::string line = "{\"api_key\":${OPEer\"api\x05{\"api_key\":{{ [REI_KPY}\", #\t password=Tr0ub4dor&3x ";
+  RedactSecrets(line);
+  EXPECT_EQ(line.find("Tr0ub4dor"), std::string::npos) << line;
+  std::string twice = line;
+  EXPECT_EQ(RedactSecrets(twice), 0u) << line;
+  EXPECT_EQ(twice, line);
+  // Expansions stay placeholders.
+  for (const char* keep : {"password=${DB_PASSWORD}", "password=${DB_PASSWORD:?must be set}"}) {
+    std::string l = keep;
+    EXPECT_EQ(RedactSecrets(l), 0u) << keep;
+  }
+}
+
+// Found by redact_fuzz: curl -u "USER:PASSWORD" hid the password and skipped the user part, so a
+// token inside a quoted "user" leaked.
+TEST(RedactTest, ASecretInAToolsUserPartIsNotSkipped) {
+  std::string line = "curl -u \"ab/_A@n HF_TOKEN=hf_Q7xKp2LmN9vR4tY8wZ3aB6cD1eF5gH0j wH:phm '\": ";
+  RedactSecrets(line);
+  EXPECT_EQ(line.find("hf_Q7xKp2"), std::string::npos) << line;
+  std::string twice = line;
+  EXPECT_EQ(RedactSecrets(twice), 0u) << line;
+  // A plain user stays.
+  std::string plain = "curl -u alice:s3cretPw9 https://example.com";
+  RedactSecrets(plain);
+  EXPECT_NE(plain.find("alice:"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("s3cretPw9"), std::string::npos) << plain;
+}
+
+// Found by redact_fuzz: a flag whose value is the next key ("--hf-token api_key: x") took the key
+// for its value, and the key's value leaked.
+TEST(RedactTest, AFlagFollowedByAKeyLeavesTheKeyItsValue) {
+  for (const char* in : {"--hf-token 'api_key': 'k3yV4lu3S3cr3t99' ", "--hf-token api_key: k3yV4lu3S3cr3t99",
+                         "--hf-token  'api_key': 'k3yV4lu3S3cr3t99' "}) {
+    std::string line = in;
+    RedactSecrets(line);
+    EXPECT_EQ(line.find("k3yV4lu3"), std::string::npos) << line;
+  }
+}
+
+// Found by the fuzzers from their seeds in 10 s: a host that ran into a JWT ended at its marker
+// the second time (and became a host); a quoted value opening with a literal marker skipped
+// everything up to its closing quote, a key inside it included.
+TEST(RedactTest, MarkersReadAsWhatTheyReplaced) {
+  std::string line =
+      "https://u:p@'/x "
+      "BeareciOiJI://u:p@UN1IpiJ9.eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sigAuthorization: "
+      "reeaBr abcDEF246913578xyz";
+  RedactSecrets(line);
+  std::string twice = line;
+  EXPECT_EQ(RedactSecrets(twice), 0u) << line;
+  EXPECT_EQ(twice, line);
+  std::string quoted = "--password '[REDACTED]ne S3n:  d AKIAQ3EGRT7HJ5KLMN2P ";
+  RedactSecrets(quoted);
+  EXPECT_EQ(quoted.find("AKIAQ3EG"), std::string::npos) << quoted;
+}
+
 // Lines that look like secrets to a careless rule and must be kept as they are.
 TEST(RedactTest, LookAlikesAreKept) {
   const std::string kKeep[] = {

@@ -431,7 +431,20 @@ bool NotASecret(std::string_view v) {
 bool LooksLikePath(std::string_view v) {
   if (v.size() < 2) return false;
   if (!(v[0] == '/' || StartsWith(v, 0, "./") || StartsWith(v, 0, "~/") || StartsWith(v, 0, "../"))) return false;
-  return std::all_of(v.begin(), v.end(), [](char c) { return IsWord(c) || c == '/' || c == '.' || c == '-' || c == '~'; });
+  // A path with a part redacted already (/[REDACTED], /---[REDACTED] once a token in it was
+  // found) is still a path: taken for a secret the second time, redaction would not be
+  // idempotent. The value may end before the marker's ']' (a ']' ends an unquoted value).
+  constexpr std::string_view kOpenMarker = "[REDACTED";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v.substr(i, kOpenMarker.size()) == kOpenMarker) {
+      i += kOpenMarker.size();
+      if (i < v.size() && v[i] != ']') return false;
+      continue;  // at the ']', which the next round steps over
+    }
+    const char c = v[i];
+    if (!(IsWord(c) || c == '/' || c == '.' || c == '-' || c == '~')) return false;
+  }
+  return true;
 }
 
 // A word of prose where a flag's value would be: "Using --password via the CLI is insecure".
@@ -475,7 +488,9 @@ void DecodeBase64Prefix(std::string_view s, size_t max, std::string& out) {
 
 class Scanner {
  public:
-  explicit Scanner(std::string_view s) : s_(s) {}
+  // `nested`: a scan of part of a line on behalf of an outer scan (one level only, so that a
+  // hostile line cannot make it recurse).
+  explicit Scanner(std::string_view s, bool nested = false) : s_(s), nested_(nested) {}
 
   void Run() {
     if (WholeLineKeyMaterial()) return;
@@ -562,6 +577,10 @@ class Scanner {
   // Records a secret unless it is empty or already redacted (idempotence).
   size_t Add(size_t begin, size_t end) {
     if (end <= begin) return 0;
+    // A secret that starts with a PEM header is the block, whichever rule took its first word
+    // ("Bearer -----BEGIN …", "Authorization: x -----BEGIN …"): scanning resumes after the span,
+    // so a span ending inside the block would leave the key itself unread.
+    if (StartsWith(s_, begin, "-----BEGIN")) end = std::max(end, PemEnd(begin));
     if (StartsWith(s_, begin, kRedacted)) return begin + kRedacted.size();
     if (begin > 0 && s_[begin - 1] == '[' && StartsWith(s_, begin, kRedacted.substr(1))) return begin + kRedacted.size() - 1;
     spans_.push_back({begin, end});
@@ -614,7 +633,10 @@ class Scanner {
     if (v >= n) return 0;
     if (s_[v] == '=' || s_[v] == ':') return 0;  // "==", ":=", "::": not an assignment of a value
     if (StartsWith(s_, v, kRedacted)) return v + kRedacted.size();
-    if (v > after_sep && NextKeyAt(v)) return 0;
+    // After a space (key= x, or a flag whose separator is the space: --hf-token x), the next key
+    // may stand where a value would: "--hf-token api_key: x" is two secrets, not one.
+    const bool after_space = v > after_sep || (after_sep > 0 && IsSpace(s_[after_sep - 1]));
+    if (after_space && NextKeyAt(v)) return 0;
     // Quoted, possibly with escaped quotes (a JSON string inside a logged string).
     bool escaped = false;
     size_t q = v;
@@ -628,8 +650,13 @@ class Scanner {
       size_t end = begin;
       while (end < n && s_[end] != quote) ++end;
       if (escaped && end > begin && s_[end - 1] == '\\') --end;
+      const size_t found = spans_.size();
       const size_t r = Secret(begin, end, kind, /*quoted=*/true);
-      return r == 0 ? 0 : std::max(r, end);
+      if (r == 0) return 0;
+      // A value that starts with a marker ('[REDACTED]…') adds nothing: what follows the marker
+      // inside the quotes is scanned like any text (skipping to the closing quote would skip a
+      // secret there, or the rest of a line whose quote never closes).
+      return spans_.size() > found ? std::max(r, end) : r;
     }
     if (s_[v] == '{' || s_[v] == '[' || s_[v] == '(') {
       // A structured value (credentials={...}, auth=('user', 'pw')): up to the matching bracket.
@@ -647,13 +674,7 @@ class Scanner {
       return Add(v, end);
     }
     size_t end = v;
-    if (StartsWith(s_, v, "-----BEGIN")) {
-      // A PEM block as a value (DEPLOY_KEY=-----BEGIN ... KEY-----\n...): through its footer.
-      end = s_.find("-----END", v);
-      if (end == std::string_view::npos) return Add(v, n);
-      const size_t footer = s_.find("-----", end + 8);
-      return Add(v, footer == std::string_view::npos ? n : footer + 5);
-    }
+    if (StartsWith(s_, v, "-----BEGIN")) return PemValue(v);
     // Placeholders whose closing byte would end an unquoted value: <your key>, ${VAR}. A shell
     // default (${DB_PASSWORD:-hunter2}) is a value like any other; an error message
     // (${DB_PASSWORD:?must be set}) is not.
@@ -663,14 +684,20 @@ class Scanner {
     }
     if (StartsWith(s_, v, "${")) {
       const size_t close = s_.find('}', v);
-      if (close != std::string_view::npos && close - v < 256) {
-        size_t op = v + 2;
-        while (op < close && IsWord(s_[op])) ++op;
+      size_t op = v + 2;
+      while (close != std::string_view::npos && op < close && IsWord(s_[op])) ++op;
+      // Only a name then '}' or an operator is an expansion. Anything else ("${OPE\"api…") is a
+      // value like any other: its '}' may lie inside a secret found later, and the second pass,
+      // finding none, must see the same value (idempotence).
+      const bool expansion =
+          close != std::string_view::npos && close - v < 256 && op > v + 2 &&
+          (op == close || std::string_view(":-=?+").find(s_[op]) != std::string_view::npos);
+      if (expansion) {
         if (op < close && s_[op] == ':') ++op;
         if (op < close && (s_[op] == '-' || s_[op] == '=')) return Secret(op + 1, close, kind, /*quoted=*/false);
         // ${VAR:?message}: the message is not a value, but it is scanned like any text (from
         // after the operator, so "VAR:" is not read as a key).
-        return op > v + 2 ? op + (op < close ? 1 : 0) : 0;
+        return op + (op < close ? 1 : 0);
       }
     }
     if (kind == KeyKind::kCookie) {
@@ -747,6 +774,18 @@ class Scanner {
     return Add(b, e);
   }
 
+  // The end of a PEM block that starts at `v`: after its footer's closing dashes, or the line's
+  // end when it has none (the rest of the key is on the lines after).
+  size_t PemEnd(size_t v) const {
+    const size_t n = s_.size();
+    const size_t end = s_.find("-----END", v);
+    if (end == std::string_view::npos) return n;
+    const size_t footer = s_.find("-----", end + 8);
+    return footer == std::string_view::npos ? n : footer + 5;
+  }
+  // A PEM block as a value (DEPLOY_KEY=-----BEGIN ... KEY-----\n...), from `v`: through its footer.
+  size_t PemValue(size_t v) { return Add(v, PemEnd(v)); }
+
   // After an Authorization scheme word ("Bearer ", "Basic ", "token "), the credential's
   // start; `from` when the value has no scheme word.
   size_t SkipScheme(size_t from, size_t end) const {
@@ -806,11 +845,29 @@ class Scanner {
   bool HostFollows(size_t h, size_t end) const {
     size_t k = h;
     if (k < end && s_[k] == '[') {
-      while (k < end && s_[k] != ']') ++k;
-      if (k >= end) return false;
+      // An IPv6 literal: hex digits, ':' and '.', then an optional %zone. Anything else is no
+      // host — and must not become one once a secret inside it was replaced by "[REDACTED]",
+      // whose ']' would close the bracket (redaction is idempotent).
+      ++k;
+      while (k < end && (IsHex(s_[k]) || s_[k] == ':' || s_[k] == '.')) ++k;
+      if (k < end && s_[k] == '%') {
+        ++k;
+        while (k < end && (IsAlnum(s_[k]) || s_[k] == '-' || s_[k] == '_' || s_[k] == '.')) ++k;
+      }
+      if (k >= end || s_[k] != ']') return false;
       ++k;
     } else {
-      while (k < end && (IsAlnum(s_[k]) || s_[k] == '.' || s_[k] == '-' || s_[k] == '_')) ++k;
+      // A marker is read as host bytes: the token it replaced (a JWT, a key) was made of them,
+      // and the second pass must see the host the first one saw.
+      while (k < end) {
+        if (IsAlnum(s_[k]) || s_[k] == '.' || s_[k] == '-' || s_[k] == '_') {
+          ++k;
+        } else if (StartsWith(s_, k, kRedacted)) {
+          k += kRedacted.size();
+        } else {
+          break;
+        }
+      }
       if (k == h) return k < end && s_[k] == '/';
     }
     if (k < end && s_[k] == ':') {
@@ -942,6 +999,14 @@ class Scanner {
         const char split = tf.value == rf::FlagValue::kAfterColon ? ':' : tf.value == rf::FlagValue::kAfterPercent ? '%' : ',';
         const size_t sep = value.find(split);
         if (sep == std::string_view::npos || DigitsAndColons(value)) return 0;
+        // Scanning resumes after the secret, so the part before the separator (the user) is
+        // never looked at again: when it holds a secret of its own (curl -u "… HF_TOKEN=hf_…:pw"),
+        // the whole value goes.
+        if (!nested_) {
+          Scanner user(value.substr(0, sep), /*nested=*/true);
+          user.Run();
+          if (!user.spans().empty()) return Add(b, e);
+        }
         return Add(b + sep + 1, e);
       }
       return Add(b, e);
@@ -1382,6 +1447,7 @@ class Scanner {
   }
 
   std::string_view s_;
+  bool nested_ = false;
   std::vector<Span> spans_;
   // The end of the secrets found so far. Nothing before it is looked back at: in the output
   // those bytes are "[REDACTED]", so a key or word start that reached into them would be seen
