@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/diagnosis_text.h"
@@ -47,8 +48,14 @@ constexpr std::pair<std::string_view, std::string_view> kAbsentCollectors[] = {
 // The first stamp among a file's first kReplayStampLookaheadLines lines (read raw, at most
 // kReplayStampLookaheadBytes), or nullopt: the file is dated by line number then.
 std::optional<TimeNs> FirstStamp(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking, and regular files only: a FIFO given as a log must not hang the look-ahead.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return std::nullopt;  // the main pass says why
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return std::nullopt;
+  }
   std::string head(kReplayStampLookaheadBytes, '\0');
   size_t got = 0;
   while (got < head.size()) {
