@@ -102,6 +102,15 @@ std::optional<LineStamp> FullDate(std::string_view s) {
   return st;
 }
 
+// A stamp with month and day but no year (whether the day exists is decided once the year is).
+std::optional<LineStamp> NoYear(LineStamp st, int month, int day) {
+  if (month < 1 || month > 12 || day < 1 || day > 31) return std::nullopt;
+  st.kind = StampKind::kNoYear;
+  st.month = month;
+  st.day = day;
+  return st;
+}
+
 // glog / c10d: [IWEF]MMDD HH:MM:SS (the month may be one digit: "E321" is March 21).
 std::optional<LineStamp> Glog(std::string_view s) {
   if (s.empty() || std::string_view("IWEF").find(s[0]) == std::string_view::npos) return std::nullopt;
@@ -115,11 +124,7 @@ std::optional<LineStamp> Glog(std::string_view s) {
   if (!c.Digits(digits - 2, &m) || !c.Digits(2, &d) || !c.Char(' ') || !TimeOfDay(c, &st.ns_of_day)) {
     return std::nullopt;
   }
-  if (m < 1 || m > 12 || d < 1 || d > 31) return std::nullopt;
-  st.kind = StampKind::kNoYear;
-  st.month = m;
-  st.day = d;
-  return st;
+  return NoYear(st, m, d);
 }
 
 // vLLM: MM-DD HH:MM:SS
@@ -130,11 +135,7 @@ std::optional<LineStamp> MonthDayDash(std::string_view s) {
   if (!c.Digits(2, &m) || !c.Char('-') || !c.Digits(2, &d) || !c.Char(' ') || !TimeOfDay(c, &st.ns_of_day)) {
     return std::nullopt;
   }
-  if (m < 1 || m > 12 || d < 1 || d > 31) return std::nullopt;
-  st.kind = StampKind::kNoYear;
-  st.month = m;
-  st.day = d;
-  return st;
+  return NoYear(st, m, d);
 }
 
 // syslog: Mon D HH:MM:SS (the day space-padded or not); dmesg -T adds " YYYY" after the time.
