@@ -268,7 +268,7 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
     ReplayFile file;
     file.path = path;
     file.scrape = true;
-    const collect::serving::ExpositionLimits limits;
+    const collect::serving::ExpositionLimits limits;  // the serving collector's defaults
     auto body = ReadFileBounded(path, limits.max_body_bytes);
     auto expo = body ? collect::serving::ParseExposition(*body, limits)
                      : Result<collect::serving::Exposition>(std::unexpected(body.error()));
@@ -293,7 +293,7 @@ Result<ReplayResult> Replay(const ReplayCommandOptions& options) {
     collect::serving::ServerInfo server;
     server.engine = *engine;
     const TimeNs t = origin + static_cast<TimeNs>(std::min(scrapes_of[*engine]++, max_steps)) * interval;
-    for (const Error& e : serving->IngestScrape(server, *body, t)) file.notes.push_back(e.message);
+    for (const Error& e : serving->IngestScrape(server, expo, t)) file.notes.push_back(e.message);
     result.end = std::max(result.end, t);
     result.scrapes++;
     result.files.push_back(std::move(file));

@@ -298,7 +298,10 @@ Status ServingCollector::CollectImpl(TimeNs tick_time) {
       EmitServer(server, false, tick_time);
       continue;
     }
-    for (const Error& e : IngestScrape(server, *bodies[i], tick_time)) ReportError(e);
+    for (const Error& e :
+         IngestScrape(server, serving::ParseExposition(*bodies[i], options_.limits), tick_time)) {
+      ReportError(e);
+    }
   }
 
   if (over_series_bound_ > 0) {
@@ -312,13 +315,13 @@ Status ServingCollector::CollectImpl(TimeNs tick_time) {
   return Ok();
 }
 
-std::vector<Error> ServingCollector::IngestScrape(const ServerInfo& server, std::string_view body, TimeNs t) {
+std::vector<Error> ServingCollector::IngestScrape(const ServerInfo& server,
+                                                  const Result<serving::Exposition>& expo, TimeNs t) {
   std::vector<Error> problems;
   if (sink_ == nullptr) {
     problems.push_back(Error{ErrorCode::kInternal, "a scrape ingested before Init: nothing written"});
     return problems;
   }
-  auto expo = serving::ParseExposition(body, options_.limits);
   if (!expo) {
     problems.push_back(
         Error{expo.error().code, fmt::format("{}: {}", ServerName(server), expo.error().message)});

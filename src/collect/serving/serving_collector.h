@@ -97,11 +97,14 @@ class ServingCollector final : public agent::Collector {
   std::vector<MetricDesc> Describe() const override;
   const ServingOptions& options() const { return options_; }
 
-  // One server's /metrics body, scraped at t, into the sink: what Collect does with every scrape
-  // it makes, public for `ithbat replay --scrape` (a body someone saved). Needs Init. Writes the
-  // normalised series and ithbat_serving_up (0 when the body is over max_body_bytes) and returns
-  // the problems an agent would report: malformed lines skipped, samples over the bound ignored.
-  std::vector<Error> IngestScrape(const serving::ServerInfo& server, std::string_view body, TimeNs t);
+  // One server's /metrics body, scraped at t and parsed (ParseExposition with options().limits),
+  // into the sink: what Collect does with every scrape it makes, public for `ithbat replay
+  // --scrape` (a body someone saved, parsed once to tell its engine). Needs Init. Writes the
+  // normalised series and ithbat_serving_up (0 when the parse failed: a body over max_body_bytes)
+  // and returns the problems an agent would report: the parse's failure, malformed lines
+  // skipped, samples over the bound ignored.
+  std::vector<Error> IngestScrape(const serving::ServerInfo& server, const Result<serving::Exposition>& expo,
+                                  TimeNs t);
 
  protected:
   Status InitImpl(Sink& sink) override;
