@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "agent/logging.h"
+#include "core/version.h"
 
 namespace ithbat::agent {
 namespace {
@@ -165,6 +167,9 @@ struct Runtime::Impl {
   void Dispatch(Slot& slot, TimeNs tick);
   void WriteSelf(Slot& slot, TimeNs tick);
   void RegisterSelf(Slot& slot);
+  void RegisterBuildInfo();
+  std::optional<SeriesRef> build_info;  // written by the ticker thread only, once started
+  TimeNs build_info_written = kMinTime;  // its newest sample (the store wants them in order)
   void StopWorkers();
   void CollectorStateEvent(const std::string& name, TimeNs t, std::string text);
 };
@@ -184,6 +189,13 @@ std::vector<MetricDesc> Runtime::DescribeSelf() {
        "seconds", MetricType::kGauge, labels},
       {"ithbat_collector_degraded", "Whether the collector works only in part (1) or fully (0)", "",
        MetricType::kGauge, labels},
+      // Last: not one per collector (RegisterSelf registers the first kSelfMetricCount only).
+      {"ithbat_build_info",
+       "Always 1; labels carry the agent's version, build type and compiler (a fleet mid-upgrade shows which "
+       "nodes run what)",
+       "",
+       MetricType::kGauge,
+       {"version", "build_type", "compiler"}},
   };
 }
 
@@ -259,6 +271,7 @@ ithbat::Status Runtime::Start() {
     im.RegisterSelf(slot);
     slot.next_tick = AlignDown(now, slot.interval) + slot.interval;
   }
+  im.RegisterBuildInfo();
   im.state = Impl::State::kRunning;
   try {
     im.ticker = std::thread([&im] { im.RunTicker(); });
@@ -386,6 +399,28 @@ void Runtime::Impl::Dispatch(Slot& slot, TimeNs tick) {
   w.cv.notify_all();
 }
 
+void Runtime::Impl::RegisterBuildInfo() {
+  // g++ spells its version "12.2.0"; clang's __VERSION__ names itself.
+#if defined(__clang__)
+  const std::string compiler =
+      fmt::format("clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
+#else
+  const std::string compiler = std::string("g++ ") + __VERSION__;
+#endif
+  auto labels = LabelSet::From(
+      {{"version", kVersion}, {"build_type", *kBuildType ? kBuildType : "none"}, {"compiler", compiler}});
+  if (!labels) {
+    GetLogger("agent")->error("no ithbat_build_info: {}", labels.error().ToString());
+    return;
+  }
+  auto ref = sink.RegisterSeries(DescribeSelf()[kSelfMetricCount], *labels);
+  if (!ref) {
+    GetLogger("agent")->error("cannot register ithbat_build_info: {}", ref.error().ToString());
+    return;
+  }
+  build_info = *ref;
+}
+
 void Runtime::Impl::WriteSelf(Slot& slot, TimeNs tick) {
   const CollectorHealth h = slot.worker->collector->Health();
   const double values[kSelfMetricCount] = {
@@ -446,9 +481,16 @@ void Runtime::Impl::RunTicker() {
     }
 
     const TimeNs now = NowNs();
+    // Written as often as the fastest collector ticks, so /metrics never drops it as stale.
+    bool build_info_due = build_info.has_value();
     for (auto& slot_ptr : slots) {
       Slot& slot = *slot_ptr;
       if (now >= slot.next_tick) {
+        if (build_info_due && AlignDown(now, slot.interval) > build_info_written) {
+          build_info_written = AlignDown(now, slot.interval);
+          (void)sink.Append(*build_info, build_info_written, 1.0);  // a constant: nothing to lose
+          build_info_due = false;
+        }
         const TimeNs tick = AlignDown(now, slot.interval);
         Dispatch(slot, tick);
         WriteSelf(slot, tick);

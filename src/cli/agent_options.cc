@@ -92,8 +92,14 @@ void AddAgentFlags(CLI::App& cmd, AgentFlags& f) {
       ->capture_default_str();
   cmd.add_option("--kmsg", f.kmsg, "Kernel log to read Xid lines from: /dev/kmsg or a file to follow (\"\" = off)")
       ->capture_default_str();
-  cmd.add_option("--node", f.node, "Node name reported by the agent (default: the host name)");
-  cmd.add_option("--cluster", f.cluster, "Cluster name reported by the agent");
+  cmd.add_option("--node", f.node,
+                 "Node name reported by the agent (default: the host name); when set, /metrics labels every "
+                 "series node=NAME");
+  cmd.add_option("--cluster", f.cluster,
+                 "Cluster name reported by the agent; when set, /metrics labels every series cluster=NAME");
+  cmd.add_flag("--dcgm-exporter-names", f.dcgm_exporter_names,
+               "Also expose the GPU counters under dcgm-exporter's metric and label names (DCGM_FI_*), so "
+               "dashboards and alerts built for dcgm-exporter work unchanged (docs/metrics.md)");
   cmd.add_option("--interval", f.interval, "Collection interval")->capture_default_str();
   cmd.add_option("--collect-deadline", f.collect_deadline, "A collection running longer is marked hung")
       ->capture_default_str();
@@ -208,7 +214,9 @@ Result<AgentOptions> ResolveAgentOptions(const AgentFlags& f) {
   o.nvml_library = f.nvml_library;
   o.kmsg = f.kmsg;
   o.node = f.node.empty() ? HostName() : f.node;
+  o.node_given = !f.node.empty();
   o.cluster = f.cluster;
+  o.dcgm_exporter_names = f.dcgm_exporter_names;
   if (o.node.size() > 253) return MakeError(ErrorCode::kInvalidArgument, "node: longer than 253 characters");
   if (o.cluster.size() > 253)
     return MakeError(ErrorCode::kInvalidArgument, "cluster: longer than 253 characters");

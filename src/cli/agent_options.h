@@ -38,6 +38,7 @@ struct AgentFlags {
   std::string kmsg = "/dev/kmsg";
   std::string node;  // default: the host name
   std::string cluster;
+  bool dcgm_exporter_names = false;
   std::string interval = "1s";
   std::string collect_deadline = "5s";
   std::string data_dir;
@@ -75,7 +76,9 @@ struct AgentOptions {
   std::string nvml_library = "libnvidia-ml.so.1";     // soname or path; loaded with dlopen
   std::string kmsg = "/dev/kmsg";                     // kernel log for Xid lines ("" = off)
   std::string node;
-  std::string cluster;
+  bool node_given = false;           // --node was set: /metrics labels every series node=...
+  std::string cluster;               // non-empty: /metrics labels every series cluster=...
+  bool dcgm_exporter_names = false;  // /metrics also carries the GPU counters as dcgm-exporter names them
   TimeNs interval = kNsPerSec;
   TimeNs collect_deadline = 5 * kNsPerSec;
   std::string data_dir;  // empty = memory only

@@ -30,6 +30,19 @@ bool RunsDiagnosis(const AgentOptions& options) { return options.diagnose_interv
 // it to the host name), else the host name for options built in code.
 std::string NodeNameOf(const AgentOptions& options) { return options.node.empty() ? HostName() : options.node; }
 
+}  // namespace
+
+serve::ExpositionOptions ExpositionOptionsOf(const AgentOptions& options) {
+  serve::ExpositionOptions e;
+  if (!options.cluster.empty()) e.target_labels.emplace_back("cluster", options.cluster);
+  if (options.node_given) e.target_labels.emplace_back("node", NodeNameOf(options));
+  e.dcgm_names = options.dcgm_exporter_names;
+  e.hostname = NodeNameOf(options);
+  return e;
+}
+
+namespace {
+
 Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const AgentOptions& options,
                      agent::TrackedProcesses& tracked, agent::LoggedSteps& logged_steps,
                      investigate::NodeDiagnoser& diagnoser) {
@@ -174,6 +187,7 @@ Result<std::unique_ptr<AgentProcess>> AgentProcess::Start(const AgentOptions& op
     so.port = options.listen_port;
     so.bearer_token = std::move(token);
     so.node = NodeNameOf(options);
+    so.exposition = ExpositionOptionsOf(options);
     const agent::Runtime* rt = p->runtime_.get();
     serve::ServerSources sources;
     sources.collectors = [rt] { return rt->Status(); };
@@ -214,6 +228,7 @@ std::vector<std::string> RestartSettingsChanged(const AgentOptions& a, const Age
   check("kmsg", a.kmsg == b.kmsg);
   check("node", a.node == b.node);
   check("cluster", a.cluster == b.cluster);
+  check("dcgm-exporter-names", a.dcgm_exporter_names == b.dcgm_exporter_names);
   check("interval", a.interval == b.interval);
   check("collect-deadline", a.collect_deadline == b.collect_deadline);
   check("data-dir", a.data_dir == b.data_dir);

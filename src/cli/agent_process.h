@@ -76,6 +76,10 @@ class AgentProcess {
   bool stopped_ = false;
 };
 
+// What /metrics (and `agent --once`) add to the store's series: cluster and node labels when
+// --cluster and --node were given, dcgm-exporter's names with --dcgm-exporter-names.
+serve::ExpositionOptions ExpositionOptionsOf(const AgentOptions& options);
+
 // The store options an agent with these options opens its store with.
 store::StoreOptions MakeStoreOptions(const AgentOptions& options);
 

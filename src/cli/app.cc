@@ -25,6 +25,7 @@
 #include "cli/scenario_demo.h"
 #include "cli/version_info.h"
 #include "core/version.h"
+#include "serve/dcgm_names.h"
 #include "serve/http_server.h"
 
 namespace ithbat::cli {
@@ -73,6 +74,10 @@ void BuildApp(CLI::App& app, CliState& st) {
   app.config_formatter(std::make_shared<AgentConfigFormat>());
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.require_subcommand(1);
+  // `ithbat --version` says what `ithbat version` says (CLI11 prints it and ends with a newline).
+  std::string version = VersionText();
+  while (!version.empty() && version.back() == '\n') version.pop_back();
+  app.set_version_flag("--version", version, "Print the version and build information and exit");
 
   st.agent_cmd =
       app.add_subcommand("agent", "Run the node agent: collect, store, serve /metrics and the JSON API");
@@ -215,8 +220,8 @@ int RunOnce(const AgentOptions& options) {
   const TimeNs timeout = 3 * options.interval + 2 * options.collect_deadline;
   const bool complete = (*process)->WaitForCollects(2, timeout);
   (*process)->Stop();
-  std::string text =
-      serve::RenderPrometheusText((*process)->store(), NowNs() - serve::ServerOptions{}.stale_after);
+  std::string text = serve::RenderPrometheusText(
+      (*process)->store(), NowNs() - serve::ServerOptions{}.stale_after, ExpositionOptionsOf(options));
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
   if (!complete) {
@@ -301,13 +306,47 @@ int RunAgent(const AgentFlags& flags, const std::vector<std::string>& args) {
   return kExitOk;
 }
 
+// The section of docs/metrics.md on --dcgm-exporter-names, from the table the agent uses.
+std::string DcgmNamesDoc() {
+  std::string out =
+      "\n## dcgm-exporter names\n\n"
+      "With `--dcgm-exporter-names` (`dcgm-exporter-names = true`), /metrics also carries these series, "
+      "computed "
+      "from the agent's own at each scrape, named and labelled as dcgm-exporter names them: `gpu`, `UUID`, "
+      "`pci_bus_id`, `device` (`nvidia<gpu>`: the agent does not read the minor number), `modelName`, "
+      "`GPU_I_ID` "
+      "for a MIG device (its parent's index, UUID and model), `Hostname` (the node name) and "
+      "`DCGM_FI_DRIVER_VERSION`. Dashboards and alerts written for dcgm-exporter find them unchanged. Not "
+      "produced, because the agent does not read them: `DCGM_FI_DEV_ENC_UTIL`, `DCGM_FI_DEV_DEC_UTIL`, "
+      "`DCGM_FI_DEV_VGPU_LICENSE_STATUS`, `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`, the `*_VIOLATION` times and "
+      "`DCGM_FI_DEV_XID_ERRORS` (the last Xid's number; the agent counts Xids instead).\n\n"
+      "| DCGM field | type | computed from | selected by | unit |\n"
+      "|---|---|---|---|---|\n";
+  for (const serve::DcgmAlias& a : serve::DcgmAliases()) {
+    std::string selector;
+    for (const serve::LabelMatch& m : a.match) {
+      if (m.name.empty()) continue;
+      if (!selector.empty()) selector += ", ";
+      selector += fmt::format("`{}=\"{}\"`", m.name, m.value);
+    }
+    std::string unit = a.scale == 1 ? "as is" : fmt::format("× {:g}", a.scale);
+    if (a.scale == 1e-6) unit = "hertz → MHz";
+    if (a.scale == 1.0 / (1 << 20)) unit = "bytes → MiB";
+    if (a.scale == 100) unit = "ratio → %";
+    if (a.scale == 1000) unit = "joules → mJ";
+    out += fmt::format("| `{}` | {} | `{}` | {} | {} |\n", a.field, MetricTypeName(a.type), a.source,
+                       selector, unit);
+  }
+  return out;
+}
+
 int RunMetricsDoc() {
   auto by_collector = DescribeAgentMetrics();
   if (!by_collector) {
     fmt::print(stderr, "ithbat metrics-doc: {}\n", by_collector.error().message);
     return kExitFailure;
   }
-  std::string doc = agent::RenderMetricsDoc(*by_collector);
+  std::string doc = agent::RenderMetricsDoc(*by_collector) + DcgmNamesDoc();
   std::fwrite(doc.data(), 1, doc.size(), stdout);
   return std::fflush(stdout) == 0 ? kExitOk : kExitFailure;
 }

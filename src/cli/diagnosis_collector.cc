@@ -28,7 +28,7 @@ MetricDesc ActiveDesc() {
           "1 while a diagnosis of this verdict, cause and job is open on this node, 0 once resolved",
           "",
           MetricType::kGauge,
-          {"verdict", "cause", "job"}};
+          {"verdict", "cause", "job_id"}};
 }
 MetricDesc RoundsDesc() {
   return {"ithbat_diagnosis_rounds_total",
@@ -81,7 +81,7 @@ Result<SeriesRef> DiagnosisCollector::ActiveSeries(const std::string& verdict, c
   const std::string key = Key(verdict, cause, job);
   if (auto it = active_refs_.find(key); it != active_refs_.end()) return it->second;
   // An empty job (a diagnosis about a server or a resource) drops the label.
-  auto labels = LabelSet::From({{"verdict", verdict}, {"cause", cause}, {"job", job}});
+  auto labels = LabelSet::From({{"verdict", verdict}, {"cause", cause}, {"job_id", job}});
   if (!labels) return std::unexpected(labels.error());
   auto ref = sink_->RegisterSeries(ActiveDesc(), *labels);
   if (!ref) return std::unexpected(ref.error());

@@ -2,7 +2,7 @@
 // The agent's diagnosis engine on the runtime's cadence: each tick (every `diagnose-interval`)
 // it runs one NodeDiagnoser round over the node's own store and writes what it found as
 // metrics:
-//   ithbat_diagnosis_active{verdict,cause,job}  1 while a diagnosis is open or updated, 0 once
+//   ithbat_diagnosis_active{verdict,cause,job_id}  1 while a diagnosis is open or updated, 0 once
 //                                               resolved (written once more after it is forgotten)
 //   ithbat_diagnosis_rounds_total, ithbat_diagnosis_errors_total, ithbat_diagnosis_round_seconds
 // A collector rather than a thread of its own, so the round gets the runtime's worker thread,

@@ -1,9 +1,11 @@
 #include "cli/hub_command.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -38,7 +40,15 @@ struct Resolved {
   hub::HubOptions hub;
   hub::HubServerOptions server;
   std::string webhook_url;
+  agent::LogFormat log_format = agent::LogFormat::kHuman;
 };
+
+// One grammar with the agent: --listen ADDR:PORT ("[v6]:PORT" for IPv6). A value with no colon
+// or with several outside brackets (0.0.0.0, ::) is an address alone, the hub's older form,
+// whose port comes from --port.
+bool HasPort(std::string_view listen) {
+  return listen.starts_with('[') || std::count(listen.begin(), listen.end(), ':') == 1;
+}
 
 Result<TimeNs> Duration(std::string_view key, const std::string& text, TimeNs min, TimeNs max) {
   auto d = ParseDuration(text);
@@ -80,12 +90,29 @@ Result<Resolved> Resolve(const HubCommandOptions& o) {
   if (o.port < 0 || o.port > 65535)
     return MakeErrorF(ErrorCode::kInvalidArgument, "--port: {} is not a port", o.port);
   if (o.listen.empty()) return MakeError(ErrorCode::kInvalidArgument, "--listen: empty address");
-  if (Status s = CheckListenNeedsToken(o.listen, !r.server.bearer_token.empty(), o.insecure_listen_without_token);
+  std::string address = o.listen;
+  int port = o.port;
+  if (HasPort(o.listen)) {
+    auto l = ParseListenAddress(o.listen);
+    if (!l) return MakeErrorF(ErrorCode::kInvalidArgument, "--listen: {}", l.error().message);
+    if (o.port_given && l->port != o.port) {
+      return MakeErrorF(ErrorCode::kInvalidArgument,
+                        "--listen {} and --port {} disagree: give the port once, in --listen ADDR:PORT",
+                        o.listen, o.port);
+    }
+    address = l->host;
+    port = l->port;
+  }
+  if (Status s =
+          CheckListenNeedsToken(address, !r.server.bearer_token.empty(), o.insecure_listen_without_token);
       !s) {
     return std::unexpected(s.error());
   }
-  r.server.bind_address = o.listen;
-  r.server.port = static_cast<uint16_t>(o.port);
+  r.server.bind_address = address;
+  r.server.port = static_cast<uint16_t>(port);
+  auto format = agent::ParseLogFormat(o.log_format);
+  if (!format) return MakeErrorF(ErrorCode::kInvalidArgument, "--log-format: {}", format.error().message);
+  r.log_format = *format;
   if (!o.webhook_url_file.empty()) {
     auto url = ReadSecretFile(o.webhook_url_file, "webhook URL file");
     if (!url) return MakeErrorF(ErrorCode::kInvalidArgument, "--webhook-url-file: {}", url.error().message);
@@ -167,7 +194,7 @@ void ReloadHub(const HubCommand& hub, const Resolved& running, hub::HubServer& s
     }
     notifier = std::move(*n);
   }
-  if (auto s = agent::SetupLogging(agent::LogFormat::kHuman, options->log_level); !s) {
+  if (auto s = agent::SetupLogging(next->log_format, options->log_level); !s) {
     log.error("SIGHUP: nothing changed: --log-level: {}", s.error().message);
     return;
   }
@@ -246,8 +273,17 @@ void AddHubCommand(CLI::App& app, HubCommand& hub) {
       ->required();
   hub.cmd->add_option("--agent-token-file", o.agent_token_file,
                       "File holding the bearer token the agents require");
-  hub.cmd->add_option("--listen", o.listen, "Address to serve on")->capture_default_str();
-  hub.cmd->add_option("--port", o.port, "Port to serve on (0: any free port, logged)")->capture_default_str();
+  hub.cmd
+      ->add_option(
+          "--listen", o.listen,
+          "Address and port to serve on (ADDR:PORT, as the agent's --listen; port 0 = any free port, "
+          "logged)")
+      ->capture_default_str();
+  hub.cmd
+      ->add_option("--port", o.port,
+                   "Port to serve on when --listen gives an address alone (the older form; prefer --listen "
+                   "ADDR:PORT)")
+      ->each([&o](const std::string&) { o.port_given = true; });
   hub.cmd->add_option(
       "--token-file", o.token_file,
       "File holding a bearer token required on every path but /healthz (must not be world-readable)");
@@ -266,7 +302,9 @@ void AddHubCommand(CLI::App& app, HubCommand& hub) {
                    "List price in $/GPU-hour, for the effective price (0: not computed)")
       ->capture_default_str();
   hub.cmd->add_flag("--once", o.once, "Run one round, print the diagnoses as schema-v1 JSON lines, exit");
-  hub.cmd->add_option("--log-level", o.log_level, "trace, debug, info, warn, error, critical, off")
+  hub.cmd->add_option("--log-level", o.log_level, "trace, debug, info, warn, error, critical or off")
+      ->capture_default_str();
+  hub.cmd->add_option("--log-format", o.log_format, "Log format on stderr: human or json")
       ->capture_default_str();
 }
 
@@ -277,7 +315,7 @@ int RunHubCommand(const HubCommand& hub, std::FILE* out, std::FILE* err) {
     fmt::print(err, "ithbat hub: {}\n", resolved.error().message);
     return kExitUsage;
   }
-  if (auto s = agent::SetupLogging(agent::LogFormat::kHuman, hub.options.log_level); !s) {
+  if (auto s = agent::SetupLogging(resolved->log_format, hub.options.log_level); !s) {
     fmt::print(err, "ithbat hub: --log-level: {}\n", s.error().message);
     return kExitUsage;
   }

@@ -23,8 +23,11 @@ namespace ithbat::cli {
 struct HubCommandOptions {
   std::vector<std::string> agents;  // [NODE=]HOST[:PORT]
   std::string agent_token_file;
-  std::string listen = "127.0.0.1";
-  int port = 9480;  // 0 = any free port (logged)
+  // ADDR:PORT as the agent's --listen takes it; an address alone (the older form) takes its port
+  // from --port.
+  std::string listen = "127.0.0.1:9480";
+  int port = 9480;          // 0 = any free port (logged)
+  bool port_given = false;  // --port was on the command line
   std::string token_file;
   bool insecure_listen_without_token = false;  // beyond loopback without --token-file
   std::string interval = "10s";
@@ -33,6 +36,7 @@ struct HubCommandOptions {
   double list_price = 0;  // $/GPU-hour
   bool once = false;
   std::string log_level = "info";
+  std::string log_format = "human";
 };
 
 struct HubCommand {

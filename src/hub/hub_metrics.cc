@@ -58,7 +58,7 @@ std::string RenderHubMetrics(const Hub& hub, const NotifyCounters& notify) {
          "1 while a hub diagnosis of this verdict, cause and job is open, 0 once resolved");
   for (const auto& [key, v] : active) {
     const auto& [verdict, cause, job] = key;
-    out += fmt::format("ithbat_hub_diagnosis_active{{cause=\"{}\",job=\"{}\",verdict=\"{}\"}} {}\n",
+    out += fmt::format("ithbat_hub_diagnosis_active{{cause=\"{}\",job_id=\"{}\",verdict=\"{}\"}} {}\n",
                        EscapeLabelValue(cause), EscapeLabelValue(job), EscapeLabelValue(verdict), v);
   }
 

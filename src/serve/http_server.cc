@@ -55,7 +55,8 @@ struct HttpServer::Impl {
     const TimeNs now = NowNs();
     std::lock_guard lock(metrics_mu);
     if (!metrics_body || now - metrics_rendered_at >= kMetricsReuse || now < metrics_rendered_at) {
-      metrics_body = http.TrackedBody(RenderPrometheusText(store, now - options.stale_after));
+      metrics_body =
+          http.TrackedBody(RenderPrometheusText(store, now - options.stale_after, options.exposition));
       metrics_rendered_at = now;
     }
     return metrics_body;

@@ -12,6 +12,7 @@
 #include "agent/runtime.h"
 #include "core/finding.h"
 #include "core/result.h"
+#include "serve/exposition.h"
 #include "store/store.h"
 
 namespace ithbat::serve {
@@ -29,6 +30,7 @@ struct ServerOptions {
   size_t max_samples_per_query = 5'000'000;
   int threads = 4;
   std::string node;  // the node name /api/v1/version reports (empty: none)
+  ExpositionOptions exposition;  // /metrics: target labels, dcgm-exporter names
 };
 
 // What the server reads besides the store. All are optional (may be empty functions). Each is
@@ -57,9 +59,5 @@ class HttpServer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// The Prometheus text exposition of the store's latest samples (also used by tests and
-// `ithbat agent --once`). Metric families sorted by name, HELP/TYPE from the descs.
-std::string RenderPrometheusText(const store::Store& store, TimeNs stale_before);
 
 }  // namespace ithbat::serve

@@ -1,4 +1,5 @@
 #include "agent/runtime.h"
+#include "core/version.h"
 
 #include <algorithm>
 #include <atomic>
@@ -187,6 +188,16 @@ TEST(RuntimeTest, SelfMetricsHaveTheirLabelsAndOneWriter) {
   std::vector<std::string> names;
   for (const auto& d : Runtime::DescribeSelf()) {
     EXPECT_TRUE(ValidateMetricDesc(d)) << d.name;
+    if (d.name == "ithbat_build_info") {
+      // One series for the agent, not per collector: which build runs here.
+      EXPECT_THAT(d.label_names, ElementsAre("version", "build_type", "compiler"));
+      auto info = sink.FindWith(d.name, {{"version", kVersion}});
+      ASSERT_TRUE(info);
+      EXPECT_THAT(std::string(info->labels.Get("compiler").value_or("")), ::testing::StartsWith("g++ "));
+      ASSERT_FALSE(info->samples.empty());
+      EXPECT_EQ(info->samples.back().second, 1.0);
+      continue;
+    }
     EXPECT_THAT(d.label_names, ElementsAre("collector"));
     names.push_back(d.name);
     auto series = sink.FindWith(d.name, {{"collector", "gpu"}});

@@ -62,6 +62,15 @@ TEST(IthbatBinaryTest, VersionPrintsVersionAndBuild) {
   EXPECT_THAT(r.out, HasSubstr("CLI11 2."));
 }
 
+TEST(IthbatBinaryTest, VersionFlagSaysWhatTheVersionCommandSays) {
+  // Operators and packaging scripts try `--version` first; it needs no subcommand.
+  RunResult flag = Ithbat("--version");
+  RunResult command = Ithbat("version");
+  EXPECT_EQ(flag.exit_code, 0) << flag.all;
+  EXPECT_THAT(flag.out, StartsWith(std::string("ithbat ") + kVersion + "\n"));
+  EXPECT_EQ(flag.out, command.out);
+}
+
 TEST(IthbatBinaryTest, NoSubcommandIsAUsageError) {
   RunResult r = Ithbat("");
   EXPECT_EQ(r.exit_code, 2);
@@ -112,6 +121,27 @@ TEST(IthbatBinaryTest, ServingBeyondLoopbackWithoutATokenIsRefused) {
   RunResult hub = Ithbat("hub --once --agent 127.0.0.1:1 --listen :: --port 0");
   EXPECT_EQ(hub.exit_code, 2);
   EXPECT_THAT(hub.all, HasSubstr("--insecure-listen-without-token"));
+}
+
+TEST(IthbatBinaryTest, AgentAndHubShareOneFlagGrammar) {
+  // The same flag for the same thing: an operator who set up one can set up the other.
+  RunResult agent = Ithbat("agent --help");
+  RunResult hub = Ithbat("hub --help");
+  for (const char* flag :
+       {"--listen", "--token-file", "--log-level", "--log-format", "--insecure-listen-without-token"}) {
+    EXPECT_THAT(agent.out, HasSubstr(flag)) << "agent";
+    EXPECT_THAT(hub.out, HasSubstr(flag)) << "hub";
+  }
+  // --listen ADDR:PORT as the agent reads it: 0.0.0.0:0 is beyond loopback, so refused untokened.
+  RunResult beyond = Ithbat("hub --once --agent 127.0.0.1:1 --listen 0.0.0.0:0");
+  EXPECT_EQ(beyond.exit_code, 2);
+  EXPECT_THAT(beyond.all, HasSubstr("--insecure-listen-without-token"));
+  RunResult disagree = Ithbat("hub --once --agent 127.0.0.1:1 --listen 127.0.0.1:9000 --port 9001");
+  EXPECT_EQ(disagree.exit_code, 2);
+  EXPECT_THAT(disagree.all, HasSubstr("give the port once"));
+  RunResult format = Ithbat("hub --once --agent 127.0.0.1:1 --log-format yaml");
+  EXPECT_EQ(format.exit_code, 2);
+  EXPECT_THAT(format.all, HasSubstr("--log-format"));
 }
 
 TEST(IthbatBinaryTest, TheWebhookUrlComesFromAPrivateFileNeverTheCommandLine) {

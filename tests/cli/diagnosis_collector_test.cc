@@ -69,7 +69,7 @@ TEST(DiagnosisCollector, ActiveGaugeFollowsTheIncident) {
   ASSERT_TRUE(c.Init(st));
   ASSERT_TRUE(c.Start());
 
-  const std::string key = R"({cause="data_imbalance",job="77",verdict="job"})";
+  const std::string key = R"({cause="data_imbalance",job_id="77",verdict="job"})";
   ASSERT_TRUE(c.Collect(kEnd));
   EXPECT_EQ(Latest(st, "ithbat_diagnosis_active"), (std::map<std::string, double>{{key, 1}}));
   EXPECT_EQ(Latest(st, "ithbat_diagnosis_rounds_total").at(""), 1);
