@@ -22,6 +22,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libbpf-dev bpftool clang-19 libclang-rt-19-dev
   prometheus curl
+  # jq: tests/integration/grafana_dashboard.sh reads the queries out of the dashboard's JSON.
+  jq
   # util-linux's setpriv runs the agent under the unit's capability bounding set and
   # systemd-analyze scores the unit offline (tests/integration/capabilities.sh, unit_security.sh).
   util-linux systemd
