@@ -11,7 +11,7 @@ CMAKE_FLAGS ?=
 STAGE := bash scripts/stage.sh
 ITHBAT := $(BUILD_DIR)/ithbat
 
-.PHONY: all deps configure build demo test bench metrics-doc lint format clean
+.PHONY: all deps configure build demo test bench metrics-doc package lint format clean
 
 all: build
 
@@ -41,6 +41,12 @@ bench: build
 	  [ -x "$$b" ] || continue; found=1; \
 	  echo "---- $$b"; $(STAGE) "bench:$$(basename $$b)" "$$b"; \
 	done; [ $$found -eq 1 ] || echo "no benchmarks built"
+
+# The Debian package (packaging/package.cmake): $(BUILD_DIR)/package/ithbat_<version>_<arch>.deb,
+# stripped binary, systemd units (installed, not enabled), example config, dashboard and alerts.
+package: configure
+	@$(STAGE) build cmake --build $(BUILD_DIR) -j $(JOBS) --target ithbat
+	cd $(BUILD_DIR) && cpack -G DEB
 
 # docs/metrics.md is generated from the collectors' own descriptions; the cli group's
 # cli.metrics_doc_current test fails when it is stale.
