@@ -310,7 +310,15 @@ int RunDiagnoseCommand(const DiagnoseCommandOptions& o, std::FILE* out, std::FIL
     }
     for (auto& d : *ds) all.push_back(std::move(d));
   }
+  // "No diagnosis" is a claim about the nodes asked: when none answered it would be a false
+  // all-clear, so nothing goes to stdout (stderr named each failure); when some answered, the
+  // answer says it is partial.
+  if (failures == static_cast<int>(addresses.size())) return 1;
   PrintDiagnoses(all, o.json, color, out);
+  if (failures > 0 && !o.json) {
+    fmt::print(out, "\n(partial: {} of {} did not answer, and what they would say is not above)\n", failures,
+               addresses.size());
+  }
   return failures == 0 ? 0 : 1;
 }
 

@@ -199,6 +199,34 @@ TEST(EvidenceCommands, UsageErrorsAreExitTwoAndMissingSourcesExitOne) {
   EXPECT_NE(err.Text().find("/nonexistent/b.ithbat"), std::string::npos);
 }
 
+TEST(EvidenceCommands, AnAgentThatDoesNotAnswerIsNeverReportedHealthy) {
+  // Nobody answered: no "no diagnosis" all-clear on stdout, the reason on stderr, exit 1.
+  DiagnoseCommandOptions d;
+  d.agents = {"127.0.0.1:1"};
+  Capture out, err;
+  EXPECT_EQ(RunDiagnoseCommand(d, out.f, err.f), 1);
+  EXPECT_EQ(out.Text(), "");
+  EXPECT_NE(err.Text().find("127.0.0.1:1"), std::string::npos) << err.Text();
+  d.json = true;
+  Capture jout, jerr;
+  EXPECT_EQ(RunDiagnoseCommand(d, jout.f, jerr.f), 1);
+  EXPECT_EQ(jout.Text(), "");
+
+  // One of two answered (with nothing to report): the answer says it is partial.
+  testutil::SyntheticFleet fleet;
+  serve::ServerOptions so;
+  so.port = 0;
+  serve::ServerSources sources;
+  sources.diagnoses = [] { return std::vector<Diagnosis>{}; };
+  auto server = serve::HttpServer::Start(fleet.Node("n1"), sources, so);
+  ASSERT_TRUE(server.has_value()) << server.error().ToString();
+  DiagnoseCommandOptions two;
+  two.agents = {fmt::format("127.0.0.1:{}", (*server)->port()), "127.0.0.1:1"};
+  Capture pout, perr;
+  EXPECT_EQ(RunDiagnoseCommand(two, pout.f, perr.f), 1);
+  EXPECT_NE(pout.Text().find("partial: 1 of 2 did not answer"), std::string::npos) << pout.Text();
+}
+
 TEST(DiagnosisText, VerdictFirstColourOnlyWhenAskedNoControlCharacters) {
   Diagnosis d;
   d.id = "dx-1";
