@@ -400,15 +400,8 @@ void Runtime::Impl::Dispatch(Slot& slot, TimeNs tick) {
 }
 
 void Runtime::Impl::RegisterBuildInfo() {
-  // g++ spells its version "12.2.0"; clang's __VERSION__ names itself.
-#if defined(__clang__)
-  const std::string compiler =
-      fmt::format("clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
-#else
-  const std::string compiler = std::string("g++ ") + __VERSION__;
-#endif
   auto labels = LabelSet::From(
-      {{"version", kVersion}, {"build_type", *kBuildType ? kBuildType : "none"}, {"compiler", compiler}});
+      {{"version", kVersion}, {"build_type", *kBuildType ? kBuildType : "none"}, {"compiler", kCompiler}});
   if (!labels) {
     GetLogger("agent")->error("no ithbat_build_info: {}", labels.error().ToString());
     return;

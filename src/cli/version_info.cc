@@ -20,7 +20,7 @@ std::string VersionText() {
   std::string out = fmt::format("ithbat {}\n", kVersion);
   // g++ 12 reports C++23 as 202100 (the value before the standard was final).
   const char* standard = __cplusplus > 202002L ? "C++23" : "C++20";
-  out += fmt::format("  build:     {}, g++ {}, {}\n", ITHBAT_BUILD_TYPE, __VERSION__, standard);
+  out += fmt::format("  build:     {}, {}, {}\n", ITHBAT_BUILD_TYPE, kCompiler, standard);
   out += fmt::format(
       "  libraries: fmt {}.{}.{}, spdlog {}.{}.{}, CLI11 {}, libmicrohttpd {}, libcurl {}, nlohmann-json {}.{}.{}, "
       "zstd {}\n",

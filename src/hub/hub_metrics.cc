@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/labels.h"
+#include "core/version.h"
 #include "hub/hub.h"
 #include "serve/text_format.h"
 
@@ -26,6 +27,13 @@ std::string RenderHubMetrics(const Hub& hub, const NotifyCounters& notify) {
   const std::vector<AgentState> agents = hub.Agents();
   const std::vector<Diagnosis> diagnoses = hub.Current();
   std::string out;
+
+  // The same family as the agents' (agent/runtime.cc): one count by version covers the fleet.
+  Family(out, "ithbat_build_info", "gauge",
+         "Always 1; labels carry the hub's version, build type and compiler");
+  out += fmt::format("ithbat_build_info{{version=\"{}\",build_type=\"{}\",compiler=\"{}\"}} 1\n",
+                     EscapeLabelValue(kVersion), EscapeLabelValue(*kBuildType ? kBuildType : "none"),
+                     EscapeLabelValue(kCompiler));
 
   Family(out, "ithbat_hub_agent_up", "gauge", "Whether the hub's last pull reached the agent (1) or not (0)");
   for (const auto& a : agents) {

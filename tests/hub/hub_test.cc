@@ -247,6 +247,7 @@ TEST_F(HubTest, AnAgentThatGoesAwayIsReportedAndItsDiagnosesKeepTheirState) {
               HasSubstr(fmt::format(
                   "ithbat_hub_agent_pull_errors_total{{agent=\"127.0.0.1:{}\",node=\"n2\"}} 1", gone_port)));
   EXPECT_THAT(metrics, HasSubstr("ithbat_hub_rounds_total 2\n"));
+  EXPECT_THAT(metrics, HasSubstr("ithbat_build_info{version=\""));
   EXPECT_THAT(metrics, HasSubstr("ithbat_hub_diagnosis_active{cause=\"storage\",job_id=\""));
 }
 
