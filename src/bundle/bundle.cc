@@ -339,6 +339,18 @@ Result<RecordSummary> WriteBundle(const detect::FleetView& view, const RecordOpt
     names.insert(s.id);
     newest = std::max(newest, s.window.end);
   }
+  // A job with no probe, scheduling or output series (probes off, a job that never logged) is
+  // still known from the GPU collector: NVML lists its processes, tagged with the identity the
+  // agent resolved (scheduler, launcher). Its bundle then holds its GPUs' story.
+  if (!found) {
+    for (const auto& [v, samples] :
+         view.Samples("", "ithbat_gpu_process_memory_used_bytes", options.from, options.to)) {
+      if (samples.empty() || detect::Label(v.labels, "job_id") != options.job) continue;
+      const TimeWindow w{samples.front().t, samples.back().t};
+      found = found ? TimeWindow{std::min(found->start, w.start), std::max(found->end, w.end)} : w;
+      newest = std::max(newest, w.end);
+    }
+  }
   if (!found) {
     return MakeErrorF(ErrorCode::kNotFound, "job {} has no process in the stores' window (jobs seen: {})",
                       options.job, names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", ")));

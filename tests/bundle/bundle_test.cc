@@ -153,6 +153,26 @@ TEST(Bundle, NeverOverwritesAndNamesTheJobsItSaw) {
   EXPECT_EQ(empty_job.error().code, ErrorCode::kInvalidArgument);
 }
 
+// A job the probes never saw and that printed nothing is still known from NVML's process list,
+// tagged with the identity the agent resolved: it can be recorded.
+TEST(Bundle, RecordsAJobKnownOnlyFromItsGpuProcesses) {
+  ithbat::testing::TempDir dir;
+  SyntheticFleet f;
+  std::vector<double> used(kTicks, 40e9);
+  f.Series("n1", "ithbat_gpu_process_memory_used_bytes", MetricType::kGauge,
+           {{"gpu", "2"}, {"gpu_uuid", "GPU-2"}, {"pid", "5150"}, {"job_id", "slurm-4411"}, {"rank", "0"}},
+           used);
+  const detect::FleetView view = f.TakeView();
+  const std::string path = (dir.path() / "gpu-only.ithbat").string();
+  auto summary = WriteBundle(view, RecordOptions{"slurm-4411"}, path);
+  ASSERT_TRUE(summary.has_value()) << summary.error().message;
+  EXPECT_EQ(summary->meta.from, kT0);
+  EXPECT_EQ(summary->meta.to, kEnd);
+  EXPECT_GE(summary->series, 1);
+  auto other = WriteBundle(view, RecordOptions{"slurm-9"}, (dir.path() / "other.ithbat").string());
+  EXPECT_FALSE(other.has_value());
+}
+
 // An inference server has no ranks: it is found by the id its findings name — its job_id label,
 // else engine:port — and its bundle re-diagnoses the same.
 TEST(Bundle, RecordsAnInferenceServerByTheIdItsFindingsName) {
