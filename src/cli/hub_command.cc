@@ -95,13 +95,14 @@ Result<Resolved> Resolve(const HubCommandOptions& o) {
   if (HasPort(o.listen)) {
     auto l = ParseListenAddress(o.listen);
     if (!l) return MakeErrorF(ErrorCode::kInvalidArgument, "--listen: {}", l.error().message);
-    if (o.port_given && l->port != o.port) {
+    if (o.port_given && o.listen_given && l->port != o.port) {
       return MakeErrorF(ErrorCode::kInvalidArgument,
                         "--listen {} and --port {} disagree: give the port once, in --listen ADDR:PORT",
                         o.listen, o.port);
     }
     address = l->host;
-    port = l->port;
+    // --port alone (the older form) still moves the default address's port.
+    port = o.port_given && !o.listen_given ? o.port : l->port;
   }
   if (Status s =
           CheckListenNeedsToken(address, !r.server.bearer_token.empty(), o.insecure_listen_without_token);
@@ -278,11 +279,13 @@ void AddHubCommand(CLI::App& app, HubCommand& hub) {
           "--listen", o.listen,
           "Address and port to serve on (ADDR:PORT, as the agent's --listen; port 0 = any free port, "
           "logged)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([&o](const std::string&) { o.listen_given = true; });
   hub.cmd
       ->add_option("--port", o.port,
-                   "Port to serve on when --listen gives an address alone (the older form; prefer --listen "
-                   "ADDR:PORT)")
+                   "Port to serve on when --listen gives an address alone, or with the default --listen (the "
+                   "older form; prefer --listen ADDR:PORT)")
+      ->capture_default_str()
       ->each([&o](const std::string&) { o.port_given = true; });
   hub.cmd->add_option(
       "--token-file", o.token_file,

@@ -26,8 +26,9 @@ struct HubCommandOptions {
   // ADDR:PORT as the agent's --listen takes it; an address alone (the older form) takes its port
   // from --port.
   std::string listen = "127.0.0.1:9480";
-  int port = 9480;          // 0 = any free port (logged)
-  bool port_given = false;  // --port was on the command line
+  int port = 9480;            // 0 = any free port (logged)
+  bool port_given = false;    // --port was on the command line
+  bool listen_given = false;  // --listen was
   std::string token_file;
   bool insecure_listen_without_token = false;  // beyond loopback without --token-file
   std::string interval = "10s";

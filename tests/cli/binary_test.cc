@@ -139,6 +139,10 @@ TEST(IthbatBinaryTest, AgentAndHubShareOneFlagGrammar) {
   RunResult disagree = Ithbat("hub --once --agent 127.0.0.1:1 --listen 127.0.0.1:9000 --port 9001");
   EXPECT_EQ(disagree.exit_code, 2);
   EXPECT_THAT(disagree.all, HasSubstr("give the port once"));
+  // --port alone, as before --listen took a port: it moves the default address's port.
+  RunResult port_only = Ithbat("hub --once --agent 127.0.0.1:1 --port 0");
+  EXPECT_NE(port_only.exit_code, 2) << port_only.all;
+  EXPECT_THAT(port_only.all, ::testing::Not(HasSubstr("disagree")));
   RunResult format = Ithbat("hub --once --agent 127.0.0.1:1 --log-format yaml");
   EXPECT_EQ(format.exit_code, 2);
   EXPECT_THAT(format.all, HasSubstr("--log-format"));
