@@ -95,6 +95,28 @@ start_agent() {
   AGENT_URL="http://127.0.0.1:$port"
 }
 
+# start_prometheus: a real Prometheus (Debian's) scraping the agent at $AGENT_URL every second as
+# scrape job "ithbat", on a free loopback port; sets $prom_url. Stopped with the test.
+start_prometheus() {
+  local port
+  port=$(free_port)
+  prom_url="http://127.0.0.1:$port"
+  cat >"$WORK/prometheus.yml" <<YAML
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: ithbat
+    scrape_interval: 1s
+    scrape_timeout: 1s
+    static_configs:
+      - targets: ["${AGENT_URL#http://}"]
+YAML
+  prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \
+    --web.listen-address="127.0.0.1:$port" --log.level=warn >"$WORK/prometheus.log" 2>&1 &
+  STARTED_PIDS+=("$!")
+}
+
 # Answers are read whole before they are searched: a reader that stops at its match (grep -q,
 # awk's exit) closes the pipe while curl is still writing, curl fails with "(23) Failed writing
 # body", and pipefail turns that into a failed test.

@@ -52,20 +52,7 @@ echo "offline: $checked metric names in dashboard and rules, all produced by the
 # Online: a real Prometheus over an agent on the fake GPUs.
 start_agent agent --interval 1s --kmsg "" --nvml-library "$fake" --node n17
 wait_until 20 "the agent's first GPU sample" answer_has "$AGENT_URL/metrics" "^ithbat_gpu_temperature_celsius{"
-prom_port=$(free_port)
-prom_url="http://127.0.0.1:$prom_port"
-cat >"$WORK/prometheus.yml" <<YAML
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: ithbat
-    static_configs:
-      - targets: ["${AGENT_URL#http://}"]
-YAML
-prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \
-  --web.listen-address="127.0.0.1:$prom_port" --log.level=warn >"$WORK/prometheus.log" 2>&1 &
-STARTED_PIDS+=("$!")
+start_prometheus
 ask() { "${CURL[@]}" -G "$prom_url/api/v1/query" --data-urlencode "query=$1" 2>/dev/null || true; }
 series_count() { ask "$1" | jq -r 'if .status == "success" then (.data.result | length) else "error" end'; }
 eight_gpus() { test "$(series_count 'ithbat_gpu_temperature_celsius')" = 8; }  # evaluated on every poll

@@ -10,22 +10,7 @@ start_agent agent --data-dir "$WORK/data" --interval 1s
 wait_until 20 "the agent's first host sample" has_metric "$AGENT_URL" ithbat_host_memory_total_bytes
 expected=$(metric_value "$AGENT_URL" ithbat_host_memory_total_bytes)
 
-prom_port=$(free_port)
-prom_url="http://127.0.0.1:$prom_port"
-cat >"$WORK/prometheus.yml" <<YAML
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: ithbat
-    scrape_interval: 1s
-    scrape_timeout: 1s
-    static_configs:
-      - targets: ["${AGENT_URL#http://}"]
-YAML
-prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \
-  --web.listen-address="127.0.0.1:$prom_port" --log.level=warn >"$WORK/prometheus.log" 2>&1 &
-STARTED_PIDS+=("$!")
+start_prometheus
 
 # query EXPR: the first result's value, or nothing.
 query() {
