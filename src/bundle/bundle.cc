@@ -307,6 +307,13 @@ std::vector<Diagnosis> DiagnoseJob(const detect::FleetView& view, const std::str
   return out;
 }
 
+namespace {
+// `window` grows to cover `more` (or becomes it).
+void Widen(std::optional<TimeWindow>& window, const TimeWindow& more) {
+  window = window ? TimeWindow{std::min(window->start, more.start), std::max(window->end, more.end)} : more;
+}
+}  // namespace
+
 Result<RecordSummary> WriteBundle(const detect::FleetView& view, const RecordOptions& options,
                                   const std::string& path) {
   if (options.job.empty())
@@ -333,8 +340,7 @@ Result<RecordSummary> WriteBundle(const detect::FleetView& view, const RecordOpt
   }
   for (const auto& s : detect::DiscoverServers(view, options.from, options.to)) {
     if (s.id == options.job) {
-      found = found ? TimeWindow{std::min(found->start, s.window.start), std::max(found->end, s.window.end)}
-                    : s.window;
+      Widen(found, s.window);
     }
     names.insert(s.id);
     newest = std::max(newest, s.window.end);
@@ -346,9 +352,8 @@ Result<RecordSummary> WriteBundle(const detect::FleetView& view, const RecordOpt
     for (const auto& [v, samples] :
          view.Samples("", "ithbat_gpu_process_memory_used_bytes", options.from, options.to)) {
       if (samples.empty() || detect::Label(v.labels, "job_id") != options.job) continue;
-      const TimeWindow w{samples.front().t, samples.back().t};
-      found = found ? TimeWindow{std::min(found->start, w.start), std::max(found->end, w.end)} : w;
-      newest = std::max(newest, w.end);
+      Widen(found, TimeWindow{samples.front().t, samples.back().t});
+      newest = std::max(newest, samples.back().t);
     }
   }
   if (!found) {
