@@ -7,22 +7,26 @@
 #   /etc/ithbat/agent.toml                the commented example config (a conffile)
 #   /etc/default/ithbat-hub               the hub's flags (a conffile)
 #   /usr/share/ithbat/{grafana,prometheus}  the dashboard and the alert rules with their tests
+#   /usr/lib/ithbat/slurm/{prolog,epilog} Slurm's hooks (named in slurm.conf by the operator)
 #   /usr/share/doc/ithbat/copyright       Apache-2.0 (Debian's copyright format)
 # Runtime dependencies come from dpkg-shlibdeps over the binary, plus adduser for the hub's user.
 include(GNUInstallDirs)
 
 # The units name the binary by its installed path; the source copies name /usr/local/bin (the
 # manual install in the README), the installed copies name where this build installs it.
-foreach(_unit ithbat-agent ithbat-hub)
-  file(READ ${CMAKE_SOURCE_DIR}/packaging/${_unit}.service _text)
+foreach(_file ithbat-agent.service ithbat-hub.service slurm/prolog slurm/epilog)
+  file(READ ${CMAKE_SOURCE_DIR}/packaging/${_file} _text)
   string(REPLACE "/usr/local/bin/ithbat" "${CMAKE_INSTALL_FULL_BINDIR}/ithbat" _text "${_text}")
-  file(WRITE ${CMAKE_BINARY_DIR}/packaging/${_unit}.service "${_text}")
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/packaging/${_unit}.service)
+  file(WRITE ${CMAKE_BINARY_DIR}/packaging/${_file} "${_text}")
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/packaging/${_file})
 endforeach()
 
 install(TARGETS ithbat RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${CMAKE_BINARY_DIR}/packaging/ithbat-agent.service ${CMAKE_BINARY_DIR}/packaging/ithbat-hub.service
         DESTINATION /lib/systemd/system)
+# Slurm's Prolog/Epilog (docs/slurm.md): slurm.conf names them, the package does not edit it.
+install(PROGRAMS ${CMAKE_BINARY_DIR}/packaging/slurm/prolog ${CMAKE_BINARY_DIR}/packaging/slurm/epilog
+        DESTINATION ${CMAKE_INSTALL_PREFIX}/lib/ithbat/slurm)
 install(FILES ${CMAKE_SOURCE_DIR}/packaging/agent.example.toml DESTINATION /etc/ithbat RENAME agent.toml
         PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
 install(FILES ${CMAKE_SOURCE_DIR}/packaging/ithbat-hub.default DESTINATION /etc/default RENAME ithbat-hub)

@@ -92,6 +92,11 @@ void AddAgentFlags(CLI::App& cmd, AgentFlags& f) {
       ->capture_default_str();
   cmd.add_option("--kmsg", f.kmsg, "Kernel log to read Xid lines from: /dev/kmsg or a file to follow (\"\" = off)")
       ->capture_default_str();
+  cmd.add_option(
+         "--slurm-spool", f.slurm_spool,
+         "Directory where `ithbat slurm-hook` (Slurm's Prolog/Epilog) leaves job start and end records: "
+         "user, account, GPUs, exit code (docs/slurm.md; \"\" = off)")
+      ->capture_default_str();
   cmd.add_option("--node", f.node,
                  "Node name reported by the agent (default: the host name); when set, /metrics labels every "
                  "series node=NAME");
@@ -213,6 +218,7 @@ Result<AgentOptions> ResolveAgentOptions(const AgentFlags& f) {
   if (f.nvml_library.empty()) return MakeError(ErrorCode::kInvalidArgument, "nvml-library: must not be empty");
   o.nvml_library = f.nvml_library;
   o.kmsg = f.kmsg;
+  o.slurm_spool = f.slurm_spool;
   o.node = f.node.empty() ? HostName() : f.node;
   o.node_given = !f.node.empty();
   o.cluster = f.cluster;

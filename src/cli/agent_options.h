@@ -36,6 +36,7 @@ struct AgentFlags {
   std::string sysfs = "/sys";
   std::string nvml_library = "libnvidia-ml.so.1";
   std::string kmsg = "/dev/kmsg";
+  std::string slurm_spool = "/run/ithbat/slurm";  // collect/slurm/spool.h kDefaultSlurmSpool
   std::string node;  // default: the host name
   std::string cluster;
   bool dcgm_exporter_names = false;
@@ -75,6 +76,7 @@ struct AgentOptions {
   std::string sysfs = "/sys";                         // InfiniBand ports
   std::string nvml_library = "libnvidia-ml.so.1";     // soname or path; loaded with dlopen
   std::string kmsg = "/dev/kmsg";                     // kernel log for Xid lines ("" = off)
+  std::string slurm_spool = "/run/ithbat/slurm";      // Slurm prolog/epilog records ("" = off)
   std::string node;
   bool node_given = false;           // --node was set: /metrics labels every series node=...
   std::string cluster;               // non-empty: /metrics labels every series cluster=...

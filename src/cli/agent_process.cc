@@ -10,12 +10,13 @@
 #include "collect/host/host_collector.h"
 #include "collect/joblog/joblog_collector.h"
 #include "collect/kmsg/kmsg_collector.h"
+#include "collect/nccl_profiler/nccl_profiler_collector.h"
 #include "collect/node/node_collectors.h"
 #include "collect/node/topology.h"
-#include "collect/nccl_profiler/nccl_profiler_collector.h"
 #include "collect/probes/probes_collector.h"
 #include "collect/sched_io/sched_io_collector.h"
 #include "collect/serving/serving_collector.h"
+#include "collect/slurm/slurm_hook_collector.h"
 
 namespace ithbat::cli {
 namespace {
@@ -59,6 +60,14 @@ Status AddCollectors(agent::Runtime& runtime, const store::Store& store, const A
     collect::KmsgOptions kmsg;
     kmsg.path = options.kmsg;
     if (auto s = runtime.Add(collect::KmsgCollector::Create(std::move(kmsg))); !s) return s;
+  }
+  // Slurm's word on the node's jobs (prolog/epilog records): start, end, exit code, account.
+  // `--once` reads the records without removing them: the running agent still gets them.
+  if (!options.slurm_spool.empty()) {
+    collect::SlurmHookOptions slurm;
+    slurm.spool_dir = options.slurm_spool;
+    slurm.remove_read = !options.once;
+    if (auto s = runtime.Add(collect::SlurmHookCollector::Create(std::move(slurm))); !s) return s;
   }
   collect::DiskOptions disk;
   disk.procfs = options.procfs;

@@ -1,6 +1,7 @@
 #include "cli/app.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +24,7 @@
 #include "cli/replay_command.h"
 #include "cli/scenario_command.h"
 #include "cli/scenario_demo.h"
+#include "cli/slurm_hook_command.h"
 #include "cli/version_info.h"
 #include "core/version.h"
 #include "serve/dcgm_names.h"
@@ -105,6 +107,14 @@ void BuildApp(CLI::App& app, CliState& st) {
                           "With --local: NVML library to load (the fake one from build/sim/lib on a machine without GPUs)");
 
   st.version_cmd = app.add_subcommand("version", "Print the version and build information");
+  // Listed for --help only: Main hands `slurm-hook` to its own parser before this one runs, so
+  // that no flag of ours can make slurmd drain a node (cli/slurm_hook_command.h).
+  app.add_subcommand(
+         "slurm-hook",
+         "Slurm Prolog/Epilog: record a job's start or end (user, account, GPUs, exit code) for the "
+         "agent on this node (docs/slurm.md; `ithbat slurm-hook --help`)")
+      ->allow_extras()
+      ->prefix_command();
   st.metrics_doc_cmd =
       app.add_subcommand("metrics-doc", "Print docs/metrics.md: every metric the agent can produce");
 
@@ -354,6 +364,10 @@ int RunMetricsDoc() {
 }  // namespace
 
 int Main(int argc, const char* const* argv) {
+  if (argc >= 2 && std::string_view(argv[1]) == "slurm-hook") {
+    return RunSlurmHookCommand(
+        argc - 1, argv + 1, [](const char* name) { return std::getenv(name); }, stderr);
+  }
   CliState st;
   CLI::App app;
   BuildApp(app, st);

@@ -30,7 +30,8 @@ grep -qx /etc/ithbat/agent.toml "$WORK/conffiles" || fail "/etc/ithbat/agent.tom
 dpkg-deb --contents "$deb" | awk '{print $NF}' >"$WORK/contents.txt"
 for f in ./usr/bin/ithbat ./lib/systemd/system/ithbat-agent.service ./lib/systemd/system/ithbat-hub.service \
   ./etc/ithbat/agent.toml ./etc/default/ithbat-hub ./usr/share/ithbat/grafana/ithbat-dashboard.json \
-  ./usr/share/ithbat/prometheus/ithbat-alerts.yml ./usr/share/doc/ithbat/copyright; do
+  ./usr/share/ithbat/prometheus/ithbat-alerts.yml ./usr/share/doc/ithbat/copyright \
+  ./usr/lib/ithbat/slurm/prolog ./usr/lib/ithbat/slurm/epilog; do
   grep -qx "$f" "$WORK/contents.txt" || fail "the package lacks $f"
 done
 # Nothing of the test and simulator world (fake libraries, lab) in a production package.
@@ -46,6 +47,8 @@ version=$("$bin" --version) || fail "the unpacked binary does not run --version"
 [[ $version == "ithbat "* ]] || fail "--version printed: $version"
 grep -q '^ExecStart=/usr/bin/ithbat agent ' "$WORK/root/lib/systemd/system/ithbat-agent.service" ||
   fail "the packaged agent unit does not start /usr/bin/ithbat"
+grep -qx 'exec /usr/bin/ithbat slurm-hook prolog' "$WORK/root/usr/lib/ithbat/slurm/prolog" ||
+  fail "the packaged Slurm prolog does not run /usr/bin/ithbat slurm-hook prolog"
 
 # A real install on this machine.
 if dpkg-query -W -f='${Status}' ithbat 2>/dev/null | grep -q 'installed'; then
@@ -70,7 +73,7 @@ grep -q '^ithbat_build_info{' "$WORK/once.txt" || fail "the installed agent expo
 
 purge || fail "dpkg --purge failed"
 for f in /usr/bin/ithbat /etc/ithbat/agent.toml /etc/default/ithbat-hub /lib/systemd/system/ithbat-agent.service \
-  /usr/share/ithbat /var/lib/ithbat; do
+  /usr/share/ithbat /usr/lib/ithbat /var/lib/ithbat; do
   [[ ! -e $f ]] || fail "$f is left after dpkg --purge"
 done
 echo "installed, ran and purged cleanly"
