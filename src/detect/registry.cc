@@ -10,6 +10,7 @@
 #include "detect/network/network.h"
 #include "detect/numerics/divergence.h"
 #include "detect/numerics/no_learning.h"
+#include "detect/scheduler/job_end.h"
 #include "detect/stalls/stalls.h"
 #include "detect/stragglers/stragglers.h"
 
@@ -25,6 +26,8 @@ std::span<const DetectorInfo> RegisteredDetectors() {
       DetectorInfo{"out_of_memory", "memory", &DetectOutOfMemory},
       DetectorInfo{"stragglers", "stragglers", &DetectStragglers},
       DetectorInfo{"inference_efficiency", "inference", &DetectInferenceEfficiency},
+      // the scheduler's word on how a job ended (filed under the job's other findings)
+      DetectorInfo{"job_end", "scheduler", &DetectJobEnds},
       // node
       DetectorInfo{"hardware_faults", "gpu", &DetectHardwareFaults},
       // network

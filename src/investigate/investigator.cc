@@ -116,6 +116,23 @@ std::vector<std::pair<std::string, Diagnosis>> DiagnoseKeyed(const std::vector<F
       }
     }
   }
+  // A job's failed end in the scheduler's record (job_end, inconclusive) is where another finding
+  // of the same job led: its evidence joins that finding, so the diagnosis says how the job ended
+  // ("… then exited with code 1") instead of standing beside it as a second incident.
+  for (size_t j = 0; j < findings.size(); ++j) {
+    const Finding& end = findings[j];
+    if (absorbed[j] || end.detector != "job_end" || end.subjects.job.empty()) continue;
+    for (size_t i = 0; i < findings.size(); ++i) {
+      Finding& host = findings[i];
+      if (i == j || absorbed[i] || host.detector == "job_end" || host.subjects.job != end.subjects.job)
+        continue;
+      absorbed[j] = true;
+      for (const auto& ev : end.evidence) host.evidence.push_back(ev);
+      const size_t cut = end.summary.find(';');
+      host.summary += fmt::format("; then {}", end.summary.substr(0, cut));
+      break;
+    }
+  }
   // One incident per key.
   std::vector<Incident> incidents;
   for (size_t i = 0; i < findings.size(); ++i) {
