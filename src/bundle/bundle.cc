@@ -356,6 +356,19 @@ Result<RecordSummary> WriteBundle(const detect::FleetView& view, const RecordOpt
       newest = std::max(newest, samples.back().t);
     }
   }
+  // The scheduler's own word (Slurm's prolog and epilog, docs/slurm.md): the job ran from its
+  // start record to its end record, known even where no process of it was ever seen.
+  {
+    store::EventQuery q;
+    q.kinds = {EventKind::kJobStart, EventKind::kJobEnd};
+    q.job = options.job;
+    q.from = options.from;
+    q.to = options.to;
+    for (const auto& e : view.Events(q)) {
+      Widen(found, TimeWindow{e.time, e.time});
+      newest = std::max(newest, e.time);
+    }
+  }
   if (!found) {
     return MakeErrorF(ErrorCode::kNotFound, "job {} has no process in the stores' window (jobs seen: {})",
                       options.job, names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", ")));

@@ -173,6 +173,31 @@ TEST(Bundle, RecordsAJobKnownOnlyFromItsGpuProcesses) {
   EXPECT_FALSE(other.has_value());
 }
 
+// A job known only from Slurm's prolog and epilog records (docs/slurm.md): its window is from
+// its start to its end, and the bundle carries the end with its exit code.
+TEST(Bundle, RecordsAJobKnownOnlyFromTheSchedulersRecords) {
+  ithbat::testing::TempDir dir;
+  SyntheticFleet f;
+  for (const auto& [kind, t] :
+       {std::pair{EventKind::kJobStart, kT0 + 5 * kS}, std::pair{EventKind::kJobEnd, kT0 + 25 * kS}}) {
+    Event e;
+    e.time = t;
+    e.kind = kind;
+    e.source = "slurm";
+    e.identity.job = "4412";
+    if (kind == EventKind::kJobEnd) e.attrs = {{"exit_code", "1"}};
+    f.AddEvent("n1", e);
+  }
+  const detect::FleetView view = f.TakeView();
+  const std::string path = (dir.path() / "slurm-only.ithbat").string();
+  auto summary = WriteBundle(view, RecordOptions{"4412"}, path);
+  ASSERT_TRUE(summary.has_value()) << summary.error().message;
+  EXPECT_EQ(summary->meta.from, kT0 + 5 * kS);
+  EXPECT_EQ(summary->meta.to, kT0 + 25 * kS);
+  EXPECT_GE(summary->events, 2);
+  EXPECT_EQ(summary->diagnoses, 1);  // the failed end: an inconclusive diagnosis
+}
+
 // An inference server has no ranks: it is found by the id its findings name — its job_id label,
 // else engine:port — and its bundle re-diagnoses the same.
 TEST(Bundle, RecordsAnInferenceServerByTheIdItsFindingsName) {
