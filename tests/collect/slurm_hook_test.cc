@@ -195,7 +195,8 @@ TEST_F(SpoolTest, WriterCreatesAPrivateSpoolAndTheCollectorTurnsRecordsIntoEvent
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].kind, EventKind::kJobStart);
   EXPECT_EQ(events[0].identity.job, "42");
-  EXPECT_EQ(events[0].identity.node, "node1");
+  EXPECT_EQ(events[0].identity.node, "");  // the agent's own name, filled by the store
+  EXPECT_EQ(Attr(events[0], "slurm_node"), "node1");
   EXPECT_EQ(events[0].time, kT0);
   EXPECT_EQ(Attr(events[0], "account"), "research");
   EXPECT_EQ(Attr(events[0], "gpus"), "0,1");

@@ -105,7 +105,7 @@ for job in (ok, failed, killed):
         assert a["user"] == "root" and a["uid"] == "0", e
         assert a["partition"] == "ithbat", e
         assert a["cluster"] == "ithbattest", e
-        assert e["node"] == host, e
+        assert a["slurm_node"] == host, e
         assert e["source"] == "slurm", e
     assert by[(job, "job_start")]["time_unix_ns"] <= by[(job, "job_end")]["time_unix_ns"]
 assert by[(ok, "job_end")]["attrs"]["exit_code"] == "0", by[(ok, "job_end")]

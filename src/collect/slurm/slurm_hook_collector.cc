@@ -112,8 +112,10 @@ void SlurmHookCollector::Handle(const SlurmJobRecord& r) {
   Event e;
   e.time = r.time;
   e.kind = r.event == JobHookEvent::kStart ? EventKind::kJobStart : EventKind::kJobEnd;
+  // The node is left to the store (the agent's --node): Slurm's NodeName for the same host may
+  // differ, and the hub joins a node's events and series by the agent's name. Slurm's is kept
+  // as an attribute.
   e.identity.cluster = r.cluster;
-  e.identity.node = r.node;
   e.identity.job = r.job_id;
   e.source = "slurm";
   e.name = "slurm";
@@ -127,6 +129,7 @@ void SlurmHookCollector::Handle(const SlurmJobRecord& r) {
   attr("partition", r.partition);
   attr("gpus", r.gpus);
   attr("cluster", r.cluster);
+  attr("slurm_node", r.node);
   if (r.event == JobHookEvent::kStart) {
     starts_.value++;
     e.text = fmt::format("Slurm job {} started{}", r.job_id, r.user.empty() ? "" : " for user " + r.user);

@@ -11,8 +11,8 @@
 // that does not exist (Slurm's hooks not installed here) is no error; one that cannot be trusted
 // (spool.h) is degraded mode and left unread.
 //
-// Events: kJobStart and kJobEnd with identity.job = the Slurm job id and identity.node = the
-// node slurmd named; name "slurm"; attrs user, uid, gid, account, partition, gpus, cluster and,
+// Events: kJobStart and kJobEnd with identity.job = the Slurm job id (the node is the agent's);
+// name "slurm"; attrs user, uid, gid, account, partition, gpus, cluster, slurm_node and,
 // on the end, exit_code or signal, derived_exit_code; an end's value is the exit code, or 128 +
 // the signal as a shell reports it; its text says the outcome in words.
 #include <cstddef>
