@@ -11,7 +11,7 @@ CMAKE_FLAGS ?=
 STAGE := bash scripts/stage.sh
 ITHBAT := $(BUILD_DIR)/ithbat
 
-.PHONY: all deps configure build demo test bench metrics-doc package lint format clean
+.PHONY: all deps configure build demo test bench metrics-doc package image lint format clean
 
 all: build
 
@@ -47,6 +47,14 @@ bench: build
 package: configure
 	@$(STAGE) build cmake --build $(BUILD_DIR) -j $(JOBS) --target ithbat
 	cd $(BUILD_DIR) && cpack -G DEB
+
+# The agent's OCI image (scripts/build-image.sh, docs/container.md): localhost/ithbat:<version> in
+# this machine's podman storage (vfs; IMAGE_STORAGE_DRIVER=overlay where that storage holds
+# overlay images) and $(BUILD_DIR)/package/ithbat-image_<version>_<arch>.oci.tar for podman load.
+IMAGE_STORAGE_DRIVER ?= vfs
+image: configure
+	@$(STAGE) build cmake --build $(BUILD_DIR) -j $(JOBS) --target ithbat
+	bash scripts/build-image.sh --storage-driver $(IMAGE_STORAGE_DRIVER) --archive $(BUILD_DIR)/package/ $(ITHBAT)
 
 # docs/metrics.md is generated from the collectors' own descriptions; the cli group's
 # cli.metrics_doc_current test fails when it is stale.

@@ -56,7 +56,7 @@ if dpkg-query -W -f='${Status}' ithbat 2>/dev/null | grep -q 'installed'; then
 fi
 purge() { dpkg --purge ithbat >"$WORK/purge.log" 2>&1; }
 # Purged however the test ends; cleanup still sees the test's own exit status.
-trap 'rc=$?; purge || true; (exit $rc); cleanup' EXIT
+trap 'rc=$?; set +e; purge; (exit $rc); cleanup' EXIT
 dpkg -i "$deb" >"$WORK/install.log" 2>&1 || fail "dpkg -i failed"
 getent passwd ithbat >/dev/null || fail "the hub's system user ithbat was not created"
 [[ $(getent passwd ithbat | cut -d: -f7) == */nologin || $(getent passwd ithbat | cut -d: -f7) == /bin/false ]] ||
