@@ -237,6 +237,19 @@ TEST(NfsCollectorTest, FallsBackToPid1Mountstats) {
   EXPECT_EQ(c->Health().degraded, "");
 }
 
+// A container given the host's /proc (--procfs /host/proc, hostPID): self is the container's
+// own mount namespace, init's is the node's.
+TEST(NfsCollectorTest, UnderAnotherProcRootInitsMountsAreTheNodes) {
+  TempDir dir;
+  dir.WriteFile("1/mountstats",
+                "device s:/x mounted on /x with fstype nfs4 statvers=1.1\n\tbytes:\t1 2 3 4 5 6 7 8\n");
+  dir.WriteFile("self/mountstats", "device overlay mounted on / with fstype overlay\n");
+  FakeSink sink;
+  auto c = Started<NfsCollector>(NfsOptions{.procfs = dir.path()}, sink);
+  ASSERT_TRUE(c->Collect(kT0));
+  EXPECT_EQ(sink.Last("ithbat_nfs_read_bytes_total", R"({export="s:/x",mountpoint="/x"})"), 4);
+}
+
 TEST(NfsCollectorTest, NoMountstatsIsDegradedNoNfsMountsIsFine) {
   TempDir dir;
   FakeSink sink;

@@ -100,10 +100,14 @@ Status NfsCollector::CollectImpl(TimeNs t) {
 }
 
 void NfsCollector::CollectNfs(TimeNs t) {
-  // self is this process's mount namespace as the procfs root sees it; 1 is the host's init,
-  // for a container that mounts the host's /proc.
-  const std::array<std::filesystem::path, 2> candidates = {options_.procfs / "self" / "mountstats",
-                                                           options_.procfs / "1" / "mountstats"};
+  // self is this process's mount namespace; 1 is init's. On the host (/proc) the agent's own
+  // namespace holds the node's mounts. Under another root — a container given the host's /proc
+  // at /host/proc, with hostPID — self is still the agent's, i.e. the container's mounts, and
+  // the node's are init's: 1 first there (self remains the fallback for roots without it).
+  const std::filesystem::path self = options_.procfs / "self" / "mountstats";
+  const std::filesystem::path init = options_.procfs / "1" / "mountstats";
+  const bool own_proc = options_.procfs == std::filesystem::path("/proc");
+  const std::array<std::filesystem::path, 2> candidates = {own_proc ? self : init, own_proc ? init : self};
   const std::filesystem::path* path = nullptr;
   Status read = MakeError(ErrorCode::kNotFound, "no mountstats");
   for (const auto& p : candidates) {
