@@ -69,6 +69,8 @@ test_packages=(
   # chromium: tests/integration/report_chromium.sh opens the HTML report in headless Chromium
   # (no console error, charts drawn in a screenshot).
   chromium
+  # debootstrap: tests/integration/debian_clean_root.sh installs the package on a clean Debian 12.
+  debootstrap
   # podman: `make image` and tests/integration/oci_image.sh build the OCI image from
   # scratch (docs/container.md).
   podman
