@@ -363,7 +363,23 @@ int RunMetricsDoc() {
 
 }  // namespace
 
-int Main(int argc, const char* const* argv) {
+std::vector<std::string> SplitEmptyAssignments(int argc, const char* const* argv) {
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (i > 0 && a.size() > 3 && a.starts_with("--") && a.ends_with('=') && a.find('=') == a.size() - 1) {
+      out.emplace_back(a.substr(0, a.size() - 1));
+      out.emplace_back();
+    } else {
+      out.emplace_back(a);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+int MainWithArgs(int argc, const char* const* argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "slurm-hook") {
     return RunSlurmHookCommand(
         argc - 1, argv + 1, [](const char* name) { return std::getenv(name); }, stderr);
@@ -392,6 +408,19 @@ int Main(int argc, const char* const* argv) {
   };
   if (int rc = RunHubCommand(st.hub, stdout, stderr); rc >= 0) return rc;
   return kExitUsage;  // unreachable: a subcommand is required
+}
+
+}  // namespace
+
+int Main(int argc, const char* const* argv) {
+  // `--kmsg=` (an empty value, as a chart or a script writes it) would make CLI11 take the next
+  // argument as the value (`--kmsg= --once` read "--once" as the kernel log's path and started a
+  // server): the empty value is passed as an argument of its own, which CLI11 takes as given.
+  const std::vector<std::string> args = SplitEmptyAssignments(argc, argv);
+  std::vector<const char*> ptrs;
+  ptrs.reserve(args.size());
+  for (const auto& a : args) ptrs.push_back(a.c_str());
+  return MainWithArgs(static_cast<int>(ptrs.size()), ptrs.data());
 }
 
 Result<AgentOptions> ParseAgentCommandLine(const std::vector<std::string>& args) {

@@ -18,6 +18,10 @@ inline constexpr int kExitUsage = 2;
 
 int Main(int argc, const char* const* argv);
 
+// The command line as Main parses it: `--name=` (an empty value) becomes `--name` and an empty
+// argument, which CLI11 takes as the value; given whole, CLI11 would take the next argument.
+std::vector<std::string> SplitEmptyAssignments(int argc, const char* const* argv);
+
 // Parses `ithbat agent <args>` exactly as Main does (flags, --config file, defaults) and
 // resolves the options, without running anything. Errors: kInvalidArgument with the message
 // Main would print.

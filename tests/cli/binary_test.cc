@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/app.h"
 #include "core/version.h"
 #include "testutil/testutil.h"
 
@@ -94,6 +95,18 @@ TEST(IthbatBinaryTest, BadValueIsAUsageErrorNamingTheKey) {
   RunResult r = Ithbat("agent --once --interval soon");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.all, HasSubstr("interval: invalid duration 'soon'"));
+}
+
+// `--kmsg=` is an empty value, not "take the next argument": CLI11 alone would read the
+// following flag as the kernel log's path (and here run a collection instead of refusing).
+TEST(IthbatBinaryTest, AnEmptyAssignedValueDoesNotSwallowTheNextArgument) {
+  RunResult r = Ithbat("agent --kmsg= --interval=soon --once");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.all, HasSubstr("interval: invalid duration 'soon'"));
+  const char* argv[] = {"ithbat", "agent", "--kmsg=", "--cluster=a=b", "--node=", "--=", "x="};
+  EXPECT_EQ(SplitEmptyAssignments(7, argv),
+            (std::vector<std::string>{"ithbat", "agent", "--kmsg", "", "--cluster=a=b", "--node", "",
+                                      "--=", "x="}));
 }
 
 TEST(IthbatBinaryTest, BadConfigFileIsAUsageError) {
