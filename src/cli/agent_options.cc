@@ -3,13 +3,15 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <climits>
 #include <cstdlib>
+#include <filesystem>
 
 #include <CLI/CLI.hpp>
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <fmt/core.h>
+#include <netinet/in.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -328,8 +330,39 @@ Result<AgentOptions> ResolveAgentOptions(const AgentFlags& f) {
   return o;
 }
 
+Result<std::string> FollowTrustedLinks(const std::string& path, std::string_view what) {
+  std::string at = path;
+  for (int hops = 0;; ++hops) {
+    struct stat st {};
+    if (lstat(at.c_str(), &st) != 0) {
+      const int err = errno;
+      return ErrnoError(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, fmt::format("{} {}", what, at),
+                        err);
+    }
+    if (!S_ISLNK(st.st_mode)) return at;
+    if (st.st_uid != 0 && st.st_uid != geteuid()) {
+      return MakeErrorF(
+          ErrorCode::kPermission,
+          "{} {} is a symlink owned by uid {}: refused (only root's or this user's links are followed)", what,
+          at, st.st_uid);
+    }
+    if (hops >= kMaxSecretFileLinks) {
+      return MakeErrorF(ErrorCode::kInvalidArgument, "{} {}: more than {} symlinks", what, path,
+                        kMaxSecretFileLinks);
+    }
+    char target[PATH_MAX];
+    const ssize_t n = readlink(at.c_str(), target, sizeof target - 1);
+    if (n < 0) return ErrnoError(ErrorCode::kIo, fmt::format("{} {}", what, at), errno);
+    target[n] = '\0';
+    std::filesystem::path next(target);
+    at = next.is_absolute() ? next.string() : (std::filesystem::path(at).parent_path() / next).string();
+  }
+}
+
 Result<std::string> ReadSecretFile(const std::string& path, std::string_view what) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  auto resolved = FollowTrustedLinks(path, what);
+  if (!resolved) return std::unexpected(resolved.error());
+  int fd = open(resolved->c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
     return ErrnoError(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, fmt::format("{} {}", what, path),

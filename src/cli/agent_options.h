@@ -133,11 +133,20 @@ Result<ListenAddress> ParseListenAddress(std::string_view text);
 
 // Reads a secret (a bearer token, a webhook URL) from a file, never from the command line, where
 // every user sees it in `ps`: the content with surrounding whitespace removed. Refuses a file that
-// other users may read (kPermission, saying how to fix it), a missing or unreadable file or a
-// symlink (kNotFound / kIo), an empty one (kInvalidArgument), and files over 4 KiB
-// (kResourceExhausted). `what` names it in errors ("token file").
+// other users may read (kPermission, saying how to fix it), a missing or unreadable file
+// (kNotFound / kIo), a symlink another user owns (FollowTrustedLinks), an empty one
+// (kInvalidArgument), and files over 4 KiB (kResourceExhausted). `what` names it in errors
+// ("token file").
 Result<std::string> ReadSecretFile(const std::string& path, std::string_view what);
 inline constexpr size_t kMaxSecretFileBytes = 4096;
+
+// The file a secret's path leads to. A symlink is followed only when root or this process's user
+// owns it: a user could otherwise point one at a file only root may read. Kubernetes mounts a
+// Secret's keys as root's links (token -> ..data/token) and swaps them when the Secret changes,
+// so a Secret volume works and a SIGHUP reads the new token. At most kMaxSecretFileLinks links
+// (kInvalidArgument beyond); the last component of the result is not a symlink.
+Result<std::string> FollowTrustedLinks(const std::string& path, std::string_view what);
+inline constexpr int kMaxSecretFileLinks = 8;
 
 // ReadSecretFile for a bearer token, which must also be sendable in an HTTP header
 // (kInvalidArgument otherwise).

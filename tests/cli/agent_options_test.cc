@@ -1,5 +1,4 @@
 #include "cli/agent_options.h"
-#include "cli/agent_process.h"
 
 #include <filesystem>
 #include <string>
@@ -8,7 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "cli/agent_process.h"
 #include "cli/app.h"
 #include "collect/joblog/parsers/parser.h"
 #include "serve/http_server.h"
@@ -406,10 +407,31 @@ TEST(SecretFileTest, AWebhookUrlIsReadLikeAToken) {
   ASSERT_FALSE(open);
   EXPECT_EQ(open.error().code, ErrorCode::kPermission);
   EXPECT_THAT(open.error().message, StartsWith("webhook URL file "));
-  // A symlink is not followed (a user could point it at a file only root may read).
+  // A symlink another user owns is not followed (a user could point it at a file only root may
+  // read); root's are, as Kubernetes mounts a Secret (token -> ..data/token -> the file).
   ASSERT_EQ(chmod(path.c_str(), 0600), 0);
-  std::filesystem::create_symlink(path, dir.path() / "link");
-  EXPECT_FALSE(ReadSecretFile((dir.path() / "link").string(), "webhook URL file"));
+  std::filesystem::create_symlink(path, dir.path() / "users-link");
+  ASSERT_EQ(lchown((dir.path() / "users-link").c_str(), 65534, 65534), 0);
+  auto users = ReadSecretFile((dir.path() / "users-link").string(), "webhook URL file");
+  ASSERT_FALSE(users);
+  EXPECT_EQ(users.error().code, ErrorCode::kPermission);
+  EXPECT_THAT(users.error().message, HasSubstr("owned by uid 65534"));
+  std::filesystem::create_directories(dir.path() / "..2026_12_07");
+  std::filesystem::rename(path, dir.path() / "..2026_12_07" / "url");
+  std::filesystem::create_directory_symlink("..2026_12_07", dir.path() / "..data");
+  std::filesystem::create_symlink("..data/url", dir.path() / "secret-url");
+  auto k8s = ReadSecretFile((dir.path() / "secret-url").string(), "webhook URL file");
+  ASSERT_TRUE(k8s) << k8s.error().ToString();
+  EXPECT_EQ(*k8s, "https://hooks.slack.com/services/T000/B000/XXXX");
+  // The file at the end is held to the same rules.
+  ASSERT_EQ(chmod((dir.path() / "..2026_12_07" / "url").c_str(), 0644), 0);
+  EXPECT_FALSE(ReadSecretFile((dir.path() / "secret-url").string(), "webhook URL file"));
+  // A loop ends.
+  std::filesystem::create_symlink("loop-b", dir.path() / "loop-a");
+  std::filesystem::create_symlink("loop-a", dir.path() / "loop-b");
+  auto loop = ReadSecretFile((dir.path() / "loop-a").string(), "webhook URL file");
+  ASSERT_FALSE(loop);
+  EXPECT_THAT(loop.error().message, HasSubstr("more than 8 symlinks"));
 }
 
 }  // namespace
