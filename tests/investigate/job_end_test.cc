@@ -31,6 +31,19 @@ Event SlurmEvent(EventKind kind, TimeNs t, const std::string& job,
   return e;
 }
 
+// Rank 0 of job 77 printed CUDA out of memory (the job's word, the joblog collector).
+Event OomError() {
+  Event e;
+  e.time = kT0 + 30 * kS;
+  e.kind = EventKind::kError;
+  e.source = "joblog";
+  e.name = "cuda_oom";
+  e.identity.job = "77";
+  e.identity.rank = 0;
+  e.identity.pid = 100;
+  return e;
+}
+
 // An OOM of job 77 that the out_of_memory detector finds (the GPU full, the rank stopping).
 void AddOom(SyntheticFleet& f) {
   testutil::Labels rank = {{"job_id", "77"}, {"rank", "0"}, {"local_rank", "0"},  {"world_size", "1"},
@@ -47,15 +60,7 @@ void AddOom(SyntheticFleet& f) {
            used);
   f.Series("n1", "ithbat_gpu_memory_total_bytes", MetricType::kGauge, {{"gpu", "0"}, {"gpu_uuid", "GPU-0"}},
            total);
-  Event e;
-  e.time = kT0 + 30 * kS;
-  e.kind = EventKind::kError;
-  e.source = "joblog";
-  e.name = "cuda_oom";
-  e.identity.job = "77";
-  e.identity.rank = 0;
-  e.identity.pid = 100;
-  f.AddEvent("n1", e);
+  f.AddEvent("n1", OomError());
 }
 
 std::vector<Diagnosis> DiagnoseFleet(SyntheticFleet& f) {
@@ -119,15 +124,7 @@ TEST(JobEnd, TheOutOfMemoryVerdictNeedsItsOwnTwoCollectorsNotTheSchedulers) {
   // The job's word (one collector) plus Slurm's end is still one collector's OOM: the end joins
   // after the two-collector rule, so it cannot lift a verdict.
   SyntheticFleet f;
-  Event e;
-  e.time = kT0 + 30 * kS;
-  e.kind = EventKind::kError;
-  e.source = "joblog";
-  e.name = "cuda_oom";
-  e.identity.job = "77";
-  e.identity.rank = 0;
-  e.identity.pid = 100;
-  f.AddEvent("n1", e);
+  f.AddEvent("n1", OomError());
   f.AddEvent("n1", SlurmEvent(EventKind::kJobEnd, kT0 + 35 * kS, "77", {{"exit_code", "1"}}, 1));
   auto d = DiagnoseFleet(f);
   ASSERT_EQ(d.size(), 1u);
