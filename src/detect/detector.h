@@ -64,5 +64,6 @@ inline constexpr std::string_view kCollectorHost = "host";         // /proc CPU,
 inline constexpr std::string_view kCollectorKmsg = "kmsg";         // kernel log Xid lines
 inline constexpr std::string_view kCollectorServing = "serving";   // inference servers' /metrics
 inline constexpr std::string_view kCollectorNcclProfiler = "nccl_profiler";
+inline constexpr std::string_view kCollectorScheduler = "slurm";       // Slurm's prolog/epilog records
 
 }  // namespace ithbat::detect

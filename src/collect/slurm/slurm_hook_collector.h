@@ -49,7 +49,6 @@ class SlurmHookCollector final : public agent::Collector {
 
   uint64_t records_read() const { return records_read_; }
   uint64_t records_rejected() const { return records_rejected_; }
-  size_t running_jobs() const { return running_.size(); }
 
  protected:
   Status InitImpl(Sink& sink) override;

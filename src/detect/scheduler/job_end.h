@@ -12,9 +12,6 @@
 
 namespace ithbat::detect {
 
-// The collector that Slurm's records come from (Evidence::collector).
-inline constexpr std::string_view kCollectorScheduler = "slurm";
-
 std::vector<Finding> DetectJobEnds(const DetectInput& in);
 
 }  // namespace ithbat::detect
