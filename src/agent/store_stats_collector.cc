@@ -25,8 +25,14 @@ std::vector<MetricDesc> StoreStatsCollector::Describe() const {
        MetricType::kCounter,
        {}},
       {"ithbat_store_events", "Events held in the event log", "", MetricType::kGauge, {}},
+      {"ithbat_store_event_bytes",
+       "Approximate memory the events held in the event log take",
+       "bytes",
+       MetricType::kGauge,
+       {}},
       {"ithbat_store_events_dropped_total",
-       "Events dropped by retention or the event limit",
+       "Events dropped from memory by retention, the event limit or the memory budget (still on disk when "
+       "flushed before)",
        "",
        MetricType::kCounter,
        {}},
@@ -52,7 +58,7 @@ std::vector<MetricDesc> StoreStatsCollector::Describe() const {
 
 Status StoreStatsCollector::InitImpl(Sink& sink) {
   const std::vector<MetricDesc> descs = Describe();
-  static_assert(kMetricCount == 11);
+  static_assert(kMetricCount == 12);
   if (descs.size() != kMetricCount) return MakeError(ErrorCode::kInternal, "store metric count mismatch");
   for (size_t i = 0; i < kMetricCount; ++i) {
     auto ref = sink.RegisterSeries(descs[i], LabelSet());
@@ -66,11 +72,17 @@ Status StoreStatsCollector::InitImpl(Sink& sink) {
 Status StoreStatsCollector::CollectImpl(TimeNs tick_time) {
   const store::StoreStats s = store_.Stats();
   const double values[kMetricCount] = {
-      static_cast<double>(s.series),           static_cast<double>(s.samples_appended),
-      static_cast<double>(s.samples_rejected), static_cast<double>(s.sample_bytes_in_memory),
-      static_cast<double>(s.chunks_dropped),   static_cast<double>(s.events),
-      static_cast<double>(s.events_dropped),   static_cast<double>(s.bytes_on_disk),
-      static_cast<double>(s.flushes),          static_cast<double>(s.flush_errors),
+      static_cast<double>(s.series),
+      static_cast<double>(s.samples_appended),
+      static_cast<double>(s.samples_rejected),
+      static_cast<double>(s.sample_bytes_in_memory),
+      static_cast<double>(s.chunks_dropped),
+      static_cast<double>(s.events),
+      static_cast<double>(s.event_bytes_in_memory),
+      static_cast<double>(s.events_dropped),
+      static_cast<double>(s.bytes_on_disk),
+      static_cast<double>(s.flushes),
+      static_cast<double>(s.flush_errors),
       static_cast<double>(s.corrupt_segments),
   };
   for (size_t i = 0; i < kMetricCount; ++i) {

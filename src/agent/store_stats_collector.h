@@ -25,7 +25,7 @@ class StoreStatsCollector final : public Collector {
   Status CollectImpl(TimeNs tick_time) override;
 
  private:
-  static constexpr size_t kMetricCount = 11;
+  static constexpr size_t kMetricCount = 12;
   const store::Store& store_;
   Sink* sink_ = nullptr;
   std::array<SeriesRef, kMetricCount> refs_{};

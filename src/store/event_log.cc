@@ -45,6 +45,7 @@ struct Entry {
 struct EventLog::Impl {
   size_t max_events;
   size_t max_text_bytes;
+  uint64_t max_bytes;  // 0: none
   mutable std::shared_mutex mu;
   std::deque<Entry> entries;  // sorted by event.time; equal times keep append order
   uint64_t next_seq = 1;
@@ -61,8 +62,8 @@ struct EventLog::Impl {
   }
 };
 
-EventLog::EventLog(size_t max_events, size_t max_text_bytes)
-    : impl_(new Impl{std::max<size_t>(max_events, 1), max_text_bytes}) {}
+EventLog::EventLog(size_t max_events, size_t max_text_bytes, uint64_t max_bytes)
+    : impl_(new Impl{std::max<size_t>(max_events, 1), max_text_bytes, max_bytes}) {}
 
 EventLog::~EventLog() { delete impl_; }
 
@@ -92,7 +93,10 @@ void EventLog::Append(Event event) {
   }
   ++impl_->unflushed_count;
   impl_->bytes += bytes;
-  while (entries.size() > impl_->max_events) {
+  // The newest event always stays (an event bigger than the byte bound alone is still kept:
+  // its text and attributes are already cut to max_text_bytes each).
+  while (entries.size() > impl_->max_events ||
+         (impl_->max_bytes > 0 && impl_->bytes > impl_->max_bytes && entries.size() > 1)) {
     impl_->PopFront();
     ++impl_->dropped;
   }
@@ -151,6 +155,23 @@ std::vector<Event> EventLog::TakeUnflushed() {
 void EventLog::DropBefore(TimeNs t) {
   std::unique_lock lock(impl_->mu);
   while (!impl_->entries.empty() && impl_->entries.front().event.time < t) impl_->PopFront();
+}
+
+uint64_t EventLog::DropOldest(TimeNs up_to, uint64_t want_bytes) {
+  std::unique_lock lock(impl_->mu);
+  uint64_t freed = 0;
+  while (freed < want_bytes && !impl_->entries.empty() && impl_->entries.front().event.time <= up_to) {
+    freed += impl_->entries.front().bytes;
+    impl_->PopFront();
+    ++impl_->dropped;
+  }
+  return freed;
+}
+
+std::optional<TimeNs> EventLog::oldest_time() const {
+  std::shared_lock lock(impl_->mu);
+  if (impl_->entries.empty()) return std::nullopt;
+  return impl_->entries.front().event.time;
 }
 
 size_t EventLog::size() const {

@@ -3,6 +3,7 @@
 // Thread-safe: any number of writers and readers. Events that arrive out of time order
 // (several collectors, several threads) are placed in order.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/event.h"
@@ -12,7 +13,9 @@ namespace ithbat::store {
 
 class EventLog {
  public:
-  EventLog(size_t max_events, size_t max_text_bytes);
+  // Bounded by count and by memory (ApproxBytes of what is held): an Append over either bound
+  // drops the oldest events (counted in dropped()). max_bytes 0: no byte bound.
+  EventLog(size_t max_events, size_t max_text_bytes, uint64_t max_bytes = 0);
   ~EventLog();
   EventLog(const EventLog&) = delete;  // owns its Impl
   EventLog& operator=(const EventLog&) = delete;
@@ -23,6 +26,12 @@ class EventLog {
   // Events appended since the last call (for the flusher), in append order.
   std::vector<Event> TakeUnflushed();
   void DropBefore(TimeNs t);
+  // Drops the oldest events whose time is <= up_to until at least `want_bytes` are freed (or
+  // none such are left); returns the bytes freed. Counted in dropped(): the store's memory
+  // budget evicts events this way, oldest data first across events and samples.
+  uint64_t DropOldest(TimeNs up_to, uint64_t want_bytes);
+  // The time of the oldest event held; nullopt when empty.
+  std::optional<TimeNs> oldest_time() const;
   size_t size() const;
   uint64_t dropped() const;
   uint64_t bytes() const;  // approximate memory held

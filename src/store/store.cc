@@ -242,7 +242,7 @@ Snapshot TakeSnapshotLocked(const SeriesState& s, TimeNs from, TimeNs to) {
 
 struct Store::Impl {
   explicit Impl(const StoreOptions& o)
-      : options(o), events(o.max_events, o.max_event_text_bytes) {}
+      : options(o), events(o.max_events, o.max_event_text_bytes, o.memory_budget_bytes) {}
 
   const StoreOptions& options;
   EventLog events;
@@ -729,8 +729,11 @@ void Store::EnforceRetention(TimeNs now) {
     im.steps.DropBefore(cutoff);
   }
 
-  // 2. By memory: the globally oldest sealed chunks until the budget holds. Open chunks stay:
-  // they hold the newest data and are small.
+  // 2. By memory: the globally oldest data until the budget holds, sealed chunks and events
+  // alike (an event costs a few hundred bytes, a sample about one: a job that prints floods of
+  // parsed lines must not keep every sample's history in memory nor be kept whole itself). Open
+  // chunks stay: they hold the newest data and are small. What goes is still on disk when the
+  // store has a data directory (flushed before it ages out).
   uint64_t total = sample_bytes + im.events.bytes();
   if (total > options_.memory_budget_bytes) {
     using Entry = std::pair<TimeNs, SeriesState*>;
@@ -739,7 +742,17 @@ void Store::EnforceRetention(TimeNs now) {
       std::lock_guard lock(s->mu);
       if (!s->sealed.empty()) oldest.emplace(s->sealed.front().min_t, s);
     }
-    while (total > options_.memory_budget_bytes && !oldest.empty()) {
+    while (total > options_.memory_budget_bytes) {
+      const std::optional<TimeNs> oldest_event = im.events.oldest_time();
+      if (oldest_event && (oldest.empty() || *oldest_event <= oldest.top().first)) {
+        // Events up to the oldest chunk's start (all of them when no chunk is left to drop).
+        const TimeNs up_to = oldest.empty() ? kMaxTime : oldest.top().first;
+        const uint64_t freed = im.events.DropOldest(up_to, total - options_.memory_budget_bytes);
+        if (freed == 0) break;  // cannot happen (the oldest event is <= up_to); never spin
+        total -= std::min(total, freed);
+        continue;
+      }
+      if (oldest.empty()) break;
       SeriesState* s = oldest.top().second;
       oldest.pop();
       std::lock_guard lock(s->mu);
@@ -768,6 +781,7 @@ StoreStats Store::Stats() const {
   st.samples_rejected += im.unknown_ref_rejected.load(std::memory_order_relaxed);
   st.chunks_dropped = im.chunks_dropped.load(std::memory_order_relaxed);
   st.events = im.events.size();
+  st.event_bytes_in_memory = im.events.bytes();
   st.events_dropped = im.events.dropped();
   if (im.disk) {
     const DiskStats disk = im.disk->Stats();

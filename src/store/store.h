@@ -24,7 +24,7 @@ namespace ithbat::store {
 
 struct StoreOptions {
   TimeNs retention = 24 * 3600 * kNsPerSec;    // samples and events older than now - retention go
-  uint64_t memory_budget_bytes = 256ull << 20;  // compressed samples + events; oldest chunks go first
+  uint64_t memory_budget_bytes = 256ull << 20;  // compressed samples + events; the oldest go first
   size_t max_series = 200'000;
   size_t max_events = 1'000'000;
   size_t max_event_text_bytes = 4096;
@@ -79,7 +79,8 @@ struct StoreStats {
   uint64_t sample_bytes_in_memory = 0;  // encoded bytes (sealed + open chunks)
   uint64_t chunks_dropped = 0;      // by retention or memory budget
   size_t events = 0;
-  uint64_t events_dropped = 0;
+  uint64_t event_bytes_in_memory = 0;  // approximate (EventLog::bytes)
+  uint64_t events_dropped = 0;         // by retention, the event limit or the memory budget
   uint64_t bytes_on_disk = 0;
   uint64_t corrupt_segments = 0;  // set aside since the data directory was opened (DiskStats)
   uint64_t flushes = 0;

@@ -37,12 +37,13 @@ TEST(StoreStatsCollectorTest, DescribesValidMetrics) {
     EXPECT_TRUE(ValidateMetricDesc(d)) << d.name;
     names.push_back(d.name);
   }
-  EXPECT_THAT(names, UnorderedElementsAre("ithbat_store_series", "ithbat_store_samples_appended_total",
-                                          "ithbat_store_samples_rejected_total", "ithbat_store_sample_bytes",
-                                          "ithbat_store_chunks_dropped_total", "ithbat_store_events",
-                                          "ithbat_store_events_dropped_total", "ithbat_store_disk_bytes",
-                                          "ithbat_store_flushes_total", "ithbat_store_flush_errors_total",
-                                          "ithbat_store_corrupt_segments_total"));
+  EXPECT_THAT(names,
+              UnorderedElementsAre("ithbat_store_series", "ithbat_store_samples_appended_total",
+                                   "ithbat_store_samples_rejected_total", "ithbat_store_sample_bytes",
+                                   "ithbat_store_chunks_dropped_total", "ithbat_store_events",
+                                   "ithbat_store_event_bytes", "ithbat_store_events_dropped_total",
+                                   "ithbat_store_disk_bytes", "ithbat_store_flushes_total",
+                                   "ithbat_store_flush_errors_total", "ithbat_store_corrupt_segments_total"));
 }
 
 TEST(StoreStatsCollectorTest, ExportsTheStoresStats) {
@@ -70,20 +71,21 @@ TEST(StoreStatsCollectorTest, ExportsTheStoresStats) {
   ASSERT_TRUE(c.Collect(t0 + 3 * kNsPerSec));
   EXPECT_TRUE(c.Health().up);
   auto m = StoreMetrics(st);
-  ASSERT_EQ(m.size(), 11u);
-  EXPECT_EQ(m["ithbat_store_series"], 12);  // its own eleven and the test's one
+  ASSERT_EQ(m.size(), 12u);
+  EXPECT_EQ(m["ithbat_store_series"], 13);  // its own twelve and the test's one
   EXPECT_EQ(m["ithbat_store_samples_appended_total"], 3);
   EXPECT_EQ(m["ithbat_store_samples_rejected_total"], 1);
   EXPECT_GT(m["ithbat_store_sample_bytes"], 0);
   EXPECT_EQ(m["ithbat_store_events"], 1);
+  EXPECT_GT(m["ithbat_store_event_bytes"], static_cast<double>(sizeof(Event)));
   EXPECT_EQ(m["ithbat_store_events_dropped_total"], 0);
   EXPECT_EQ(m["ithbat_store_disk_bytes"], 0);  // memory only
   EXPECT_EQ(m["ithbat_store_flush_errors_total"], 0);
 
-  // The next tick sees the eleven samples the collector itself wrote.
+  // The next tick sees the twelve samples the collector itself wrote.
   ASSERT_TRUE(c.Collect(t0 + 4 * kNsPerSec));
   m = StoreMetrics(st);
-  EXPECT_EQ(m["ithbat_store_samples_appended_total"], 14);
+  EXPECT_EQ(m["ithbat_store_samples_appended_total"], 15);
   c.Stop();
 }
 

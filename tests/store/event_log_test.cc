@@ -69,6 +69,44 @@ TEST(EventLogTest, BoundedDropsOldestAndCounts) {
   EXPECT_EQ(Times(log.Query(EventQuery{})), (std::vector<TimeNs>{3, 4, 5}));
 }
 
+TEST(EventLogTest, ByteBoundDropsOldestAndCounts) {
+  EventLog probe(100, 1024);
+  probe.Append(MakeEvent(1));
+  const uint64_t one = probe.bytes();  // every MakeEvent costs the same: its name is short
+  EventLog log(100, 1024, 3 * one);
+  for (TimeNs t = 1; t <= 10; ++t) log.Append(MakeEvent(t));
+  EXPECT_LE(log.bytes(), 3 * one);
+  EXPECT_EQ(log.size(), 3u);
+  EXPECT_EQ(log.dropped(), 7u);
+  EXPECT_EQ(Times(log.Query(EventQuery{})), (std::vector<TimeNs>{8, 9, 10}));
+  // An event bigger than the whole bound is still kept (alone): its text is cut, not dropped.
+  Event big = MakeEvent(11);
+  big.text = std::string(1000, 'x');
+  log.Append(big);
+  EXPECT_EQ(Times(log.Query(EventQuery{})), (std::vector<TimeNs>{11}));
+}
+
+TEST(EventLogTest, DropOldestFreesUpToATime) {
+  EventLog log(100, 1024);
+  for (TimeNs t = 1; t <= 6; ++t) log.Append(MakeEvent(t));
+  EXPECT_EQ(log.oldest_time(), TimeNs{1});
+  const uint64_t before = log.bytes();
+  // Asked for more than the events up to t=3 hold: only those three go.
+  const uint64_t freed = log.DropOldest(3, before);
+  EXPECT_EQ(Times(log.Query(EventQuery{})), (std::vector<TimeNs>{4, 5, 6}));
+  EXPECT_EQ(log.bytes(), before - freed);
+  EXPECT_EQ(log.dropped(), 3u);
+  // Asked for a little: one event goes.
+  EXPECT_GT(log.DropOldest(kMaxTime, 1), 0u);
+  EXPECT_EQ(Times(log.Query(EventQuery{})), (std::vector<TimeNs>{5, 6}));
+  const uint64_t left = log.bytes();
+  EXPECT_EQ(log.DropOldest(kMaxTime, before), left);  // everything, and no more than is held
+  EXPECT_EQ(log.DropOldest(kMaxTime, before), 0u);    // nothing left to free
+  EXPECT_EQ(log.size(), 0u);
+  EXPECT_EQ(log.dropped(), 6u);
+  EXPECT_FALSE(log.oldest_time());
+}
+
 TEST(EventLogTest, CutsLongTextAndAttributeValuesVisibly) {
   EventLog log(10, 32);
   Event e = MakeEvent(1);

@@ -433,6 +433,48 @@ TEST(StoreTest, RetentionByMemoryBudgetDropsTheGloballyOldest) {
   EXPECT_EQ(tiny->Stats().chunks_dropped, 40u);
 }
 
+// Events count in the memory budget like samples, and the oldest data goes first whichever it
+// is: a job printing floods of parsed lines cannot grow the agent past its budget.
+TEST(StoreTest, MemoryBudgetEvictsEventsAndChunksOldestFirst) {
+  StoreOptions o;
+  o.samples_per_chunk = 16;
+  o.retention = 0;
+  o.memory_budget_bytes = 64 << 10;
+  auto store = OpenStore(o);
+  const SeriesRef ref = *store->RegisterSeries(Gauge("m"), Labels({{"s", "0"}}));
+  // Samples over 0..1000 s, events over 500..1500 s (about 300 bytes each: 2,000 of them are
+  // far over the budget).
+  std::mt19937_64 rng(2);
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(store->Append(ref, Sec(i), static_cast<double>(rng() % 100000) / 7.0));
+  }
+  for (int i = 0; i < 2000; ++i) {
+    Event e;
+    e.time = Sec(500) + i * kNsPerSec / 2;
+    e.kind = EventKind::kLoss;
+    e.value = 1.0;
+    e.source = "joblog";
+    ASSERT_TRUE(store->AppendEvent(std::move(e)));
+  }
+  // Between enforcements the event log's own bound (the whole budget) already held.
+  EXPECT_LE(store->Stats().event_bytes_in_memory, o.memory_budget_bytes);
+  store->EnforceRetention(Sec(2000));
+  const StoreStats st = store->Stats();
+  EXPECT_LE(st.sample_bytes_in_memory + st.event_bytes_in_memory, o.memory_budget_bytes);
+  EXPECT_GT(st.events_dropped, 0u);
+  EXPECT_GT(st.chunks_dropped, 0u) << "samples older than every event go before the events";
+  // What is left is the newest: no sample older than the oldest event kept (bar the open chunk,
+  // which always stays).
+  const auto events = store->Events(EventQuery{});
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().time, Sec(500) + 1999 * kNsPerSec / 2);
+  auto r = store->Select(Sel("m"), kMinTime, events.front().time - 1);
+  ASSERT_TRUE(r);
+  size_t older = 0;
+  for (const auto& sd : *r) older += sd.samples.size();
+  EXPECT_LE(older, o.samples_per_chunk) << "only the open chunk may hold samples older than the events kept";
+}
+
 // ---------------------------------------------------------------------------------------------
 // Events and steps are the event log's and the timelines'; the store only forwards.
 
