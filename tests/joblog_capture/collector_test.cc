@@ -519,6 +519,36 @@ TEST_F(CollectorTest, ErrorTextIsRedactedBeforeItIsStored) {
   }
 }
 
+// A process printing per-step values faster than the value-line rate (20 lines/s beyond a burst
+// of 64) has the extra lines counted, not stored; a line with news in it (a NaN loss, an error)
+// is stored whatever the rate, and every line is still in the raw ring.
+TEST_F(CollectorTest, AFloodOfValueLinesIsThinnedButNewsIsKept) {
+  AddProc(100);
+  Make();
+  Publish({{100, Rank("j", 0)}});
+  Tick();
+  for (int i = 1; i <= 1000; ++i) Data(100, 1, MegatronLine(i, 3.0) + "\n", kT0 + i * kNsPerMs);
+  Data(100, 1, MegatronLine(1001, std::nan("")) + "\n", kT0 + 1001 * kNsPerMs);
+  Data(100, 2, "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n", kT0 + 1002 * kNsPerMs);
+  Tick();
+  auto events = sink_.events();
+  // 64 at once, then 20 a second over the 0.999 s between the first line and the 1000th: 19.
+  const auto steps = OfKind(events, EventKind::kStep);
+  EXPECT_EQ(steps.size(), 64u + 19u + 1u) << "the NaN line's step comes with its loss";
+  EXPECT_EQ(sink_.Last("ithbat_joblog_lines_thinned_total"), 1000.0 - 64 - 19);
+  const Event* nan_loss = LossAt(events, 1001);
+  ASSERT_NE(nan_loss, nullptr) << "a non-finite loss is stored whatever the rate";
+  EXPECT_TRUE(std::isnan(nan_loss->value));
+  EXPECT_FALSE(OfKind(events, EventKind::kError).empty()) << "an error line is never thinned";
+  EXPECT_EQ(collector_->raw_ring().Read(kMinTime, kMaxTime, 100).size(), 1002u)
+      << "the raw ring keeps every line";
+  // The bucket refills: after 10 s of quiet a whole burst goes through again.
+  for (int i = 0; i < 64; ++i) Data(100, 1, MegatronLine(2000 + i, 3.0) + "\n", kT0 + 12 * kNsPerSec + i);
+  Tick();
+  EXPECT_EQ(OfKind(sink_.events(), EventKind::kStep).size(), steps.size() + 64);
+  EXPECT_EQ(sink_.Last("ithbat_joblog_lines_thinned_total"), 1000.0 - 64 - 19);
+}
+
 // Attribute values are free text too (the CUDA error's message here): redacted like the text.
 TEST_F(CollectorTest, ErrorAttributesAreRedactedBeforeTheyAreStored) {
   AddProc(100);

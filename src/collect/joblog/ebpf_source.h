@@ -50,7 +50,7 @@ namespace ithbat::collect::joblog {
 struct EbpfSourceOptions {
   // "auto" (fexit, tp_btf, raw_tp in that order) or one of them (tests and benchmarks).
   std::string attach = "auto";
-  size_t ring_bytes = 8u << 20;        // power of two, >= 4 KiB (rounded up)
+  size_t ring_bytes = 2u << 20;        // power of two, >= 4 KiB (rounded up); README says why
   size_t max_queue_bytes = 32u << 20;  // bytes waiting for Drain
   int poll_timeout_ms = 100;           // how long Stop may wait for the thread
   int idle_detach_ticks = 10;          // Maintain() calls with nothing tracked before detaching

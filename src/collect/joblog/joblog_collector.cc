@@ -35,6 +35,7 @@ enum DescIndex : size_t {
   kTbFiles,
   kTbScalars,
   kTbErrors,
+  kThinnedLines,
   kDescCount,
 };
 
@@ -114,7 +115,21 @@ std::vector<MetricDesc> MakeDescs() {
                   "",
                   MetricType::kCounter,
                   {}};
+  d[kThinnedLines] = {
+      "ithbat_joblog_lines_thinned_total",
+      "Lines of per-step values (step, loss, training or serving metrics) not stored as events "
+      "because their process printed such lines faster than the value-line rate",
+      "",
+      MetricType::kCounter,
+      {}};
   return d;
+}
+
+// The kinds a line of per-step values yields; any other kind (an error, a checkpoint, an
+// evaluation) makes the line always kept.
+bool IsPerStepValue(EventKind k) {
+  return k == EventKind::kStep || k == EventKind::kLoss || k == EventKind::kTrainMetric ||
+         k == EventKind::kServingMetric;
 }
 
 std::string Lower(std::string_view s) {
@@ -529,8 +544,34 @@ void JobLogCollector::HandleLine(Proc& p, int stream, AssembledLine& line) {
   }
   parsed_.clear();
   p.parser->Parse(LineView{line.text, line.progress, stream}, parsed_);
+  if (parsed_.empty() || !KeepValueLine(p, line.time)) return;
   const std::string_view framework = p.parser->framework();
   for (const auto& pe : parsed_) EmitParsed(p, stream, pe, line.time, framework);
+}
+
+bool JobLogCollector::KeepValueLine(Proc& p, TimeNs t) {
+  for (const auto& pe : parsed_) {
+    if (!IsPerStepValue(pe.kind)) return true;
+    if (!std::isfinite(pe.value) && pe.kind != EventKind::kStep) return true;  // a NaN loss is news
+  }
+  const double rate = options_.value_lines_per_second;
+  const double burst = std::max(1.0, options_.value_lines_burst);
+  if (!(rate > 0)) return true;  // no bound configured
+  if (p.value_tokens_at == kMinTime) {
+    p.value_tokens = burst;
+  } else if (t > p.value_tokens_at) {
+    // Line times come from the kernel's clock and only move forward per process; one that goes
+    // back (another stream's late record) refills nothing.
+    p.value_tokens =
+        std::min(burst, p.value_tokens + static_cast<double>(t - p.value_tokens_at) * 1e-9 * rate);
+  }
+  if (t > p.value_tokens_at) p.value_tokens_at = t;
+  if (p.value_tokens >= 1.0) {
+    p.value_tokens -= 1.0;
+    return true;
+  }
+  thinned_lines_.value++;
+  return false;
 }
 
 void JobLogCollector::EmitParsed(const Proc& p, int /*stream*/, const ParsedEvent& pe, TimeNs t,
@@ -735,6 +776,7 @@ void JobLogCollector::WriteMetrics(TimeNs t) {
   Bump(process_limit_, descs_[kProcessesRefused], kNone, t);
   Bump(tb_scalars_, descs_[kTbScalars], kNone, t);
   Bump(tb_errors_, descs_[kTbErrors], kNone, t);
+  Bump(thinned_lines_, descs_[kThinnedLines], kNone, t);
 
   auto gauge = [&](std::optional<SeriesRef>& ref, size_t desc, double value) {
     if (!ref) {

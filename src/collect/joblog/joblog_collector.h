@@ -101,7 +101,15 @@ struct JobLogOptions {
   size_t max_children_scan = 256;  // existing descendants found per root at first sight
   int max_ancestor_depth = 8;      // parents walked looking for a launcher
   size_t max_records_per_collect = 200'000;
-  size_t raw_ring_bytes = 4u << 20;
+  size_t raw_ring_bytes = 1u << 20;
+  // Per process, lines whose values are per-step numbers (step, loss, training and serving
+  // metrics) are stored as events at this sustained rate at most, beyond a burst; the lines
+  // over it are counted (ithbat_joblog_lines_thinned_total), still redacted and kept in the raw
+  // ring, and a line with a non-finite value or any other kind of event is always stored.
+  // Why: a job printing every micro-step (or a flood of its own) would otherwise fill the
+  // store's memory with events and push other jobs' out (README, "Lines, events, calibration").
+  double value_lines_per_second = 20;
+  double value_lines_burst = 64;
   int tensorboard_scan_ticks = 10;
   size_t max_tensorboard_files = 64;
   size_t max_tensorboard_bytes_per_collect = 4u << 20;
@@ -153,6 +161,10 @@ class JobLogCollector final : public agent::Collector {
     std::unique_ptr<StreamParser> parser;  // created at the first line
     StreamState streams[2];
     CaptureSource* source = nullptr;  // the one it was tracked in (Untrack)
+    // Token bucket of value lines (JobLogOptions::value_lines_per_second): tokens left and the
+    // line time they were counted at (kMinTime: full, not started).
+    double value_tokens = 0;
+    TimeNs value_tokens_at = kMinTime;
   };
   struct Counter {
     uint64_t value = 0;
@@ -171,6 +183,9 @@ class JobLogCollector final : public agent::Collector {
   void FeedStream(Proc& p, int stream, const CaptureRecord& r);
   void HandleLine(Proc& p, int stream, AssembledLine& line);
   void EmitParsed(const Proc& p, int stream, const ParsedEvent& pe, TimeNs t, std::string_view framework);
+  // Whether the line's parsed events (in parsed_) go to the store: false when they are only
+  // per-step values and the process is over its value-line rate (the bucket takes a token).
+  bool KeepValueLine(Proc& p, TimeNs t);
   void Sweep(TimeNs t);
   void ScanTensorboard();
   void PollTensorboard();
@@ -206,7 +221,7 @@ class JobLogCollector final : public agent::Collector {
   Counter bytes_;
   std::map<EventKind, Counter> events_;
   Counter lost_records_, lost_bytes_, truncated_writes_, truncated_lines_, read_errors_;
-  Counter process_limit_, tb_errors_, tb_scalars_;
+  Counter process_limit_, tb_errors_, tb_scalars_, thinned_lines_;
   std::optional<SeriesRef> tracked_ref_, opted_out_ref_, tb_files_ref_;
   std::map<std::string, SeriesRef> mode_refs_;
   uint64_t truncated_lines_total_ = 0;
