@@ -1,7 +1,9 @@
 #include "store/event_log.h"
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -25,20 +27,129 @@ void CutString(std::string* s, size_t max_bytes) {
   s->append(kCutMarker);
 }
 
-uint64_t ApproxBytes(const Event& e) {
-  uint64_t n = sizeof(Event) + e.source.capacity() + e.name.capacity() + e.text.capacity() +
-               e.identity.cluster.capacity() + e.identity.node.capacity() + e.identity.job.capacity() +
-               e.identity.gpu_uuid.capacity();
-  n += e.attrs.capacity() * sizeof(e.attrs[0]);
-  for (const auto& [k, v] : e.attrs) n += k.capacity() + v.capacity();
-  return n;
+// An event held in memory: the fixed-size fields as they are, every string (identity strings,
+// source, name, text, attributes) packed into one allocation as length-prefixed bytes. An Event
+// object costs ~320 bytes before its strings (nine std::string and a vector of pairs of them)
+// and another allocation for each string past 15 bytes (the GPU UUID always is); a joblog
+// event held that way took ~520 bytes, packed ~200 (docs/performance.md, "The agent's memory").
+// Queries filter on the fixed fields and the job (read in place), and unpack only what they
+// return.
+struct Entry {
+  TimeNs time = 0;
+  uint64_t seq = 0;  // append order: what TakeUnflushed hands out, in this order
+  int64_t step = -1;
+  double value = 0;
+  int32_t rank = -1, local_rank = -1, world_size = -1, pid = -1, gpu_index = -1;
+  EventKind kind = EventKind::kLogLine;
+  uint32_t packed_size = 0;
+  std::unique_ptr<char[]> packed;
+
+  uint64_t bytes() const { return sizeof(Entry) + packed_size + kMallocOverhead; }
+  static constexpr uint64_t kMallocOverhead = 16;  // glibc: 8 bytes of header, 16-byte rounding
+};
+
+void PutVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
 }
 
-struct Entry {
-  Event event;
-  uint64_t seq;  // append order: what TakeUnflushed hands out, in this order
-  uint64_t bytes;
+void PutString(std::string& out, std::string_view s) {
+  PutVarint(out, s.size());
+  out.append(s);
+}
+
+// Reads what PutVarint/PutString wrote; the bytes are ours (never from outside), so a short
+// buffer is a bug: it stops reading rather than running past the end.
+class Unpacker {
+ public:
+  Unpacker(const char* p, size_t n) : p_(p), end_(p + n) {}
+  uint64_t Varint() {
+    uint64_t v = 0;
+    for (int shift = 0; p_ < end_ && shift < 64; shift += 7) {
+      const auto b = static_cast<uint8_t>(*p_++);
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) break;
+    }
+    return v;
+  }
+  std::string_view String() {
+    const uint64_t n = std::min<uint64_t>(Varint(), static_cast<uint64_t>(end_ - p_));
+    std::string_view s(p_, n);
+    p_ += n;
+    return s;
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
 };
+
+// Packed order: cluster, node, job, gpu_uuid, source, name, text, attribute count, then each
+// attribute's key and value. The job comes early so a query by job reads three strings.
+Entry Pack(Event&& e, uint64_t seq) {
+  Entry entry;
+  entry.time = e.time;
+  entry.seq = seq;
+  entry.step = e.step;
+  entry.value = e.value;
+  entry.rank = e.identity.rank;
+  entry.local_rank = e.identity.local_rank;
+  entry.world_size = e.identity.world_size;
+  entry.pid = e.identity.pid;
+  entry.gpu_index = e.identity.gpu_index;
+  entry.kind = e.kind;
+  std::string out;
+  out.reserve(e.identity.node.size() + e.identity.job.size() + e.identity.gpu_uuid.size() + e.source.size() +
+              e.name.size() + e.text.size() + 16);
+  for (const std::string* str : {&e.identity.cluster, &e.identity.node, &e.identity.job, &e.identity.gpu_uuid,
+                                 &e.source, &e.name, &e.text}) {
+    PutString(out, *str);
+  }
+  PutVarint(out, e.attrs.size());
+  for (const auto& [k, v] : e.attrs) {
+    PutString(out, k);
+    PutString(out, v);
+  }
+  entry.packed_size = static_cast<uint32_t>(out.size());
+  entry.packed = std::make_unique<char[]>(out.size());
+  std::memcpy(entry.packed.get(), out.data(), out.size());
+  return entry;
+}
+
+std::string_view JobOf(const Entry& entry) {
+  Unpacker u(entry.packed.get(), entry.packed_size);
+  u.String();  // cluster
+  u.String();  // node
+  return u.String();
+}
+
+Event Unpack(const Entry& entry) {
+  Event e;
+  e.time = entry.time;
+  e.kind = entry.kind;
+  e.step = entry.step;
+  e.value = entry.value;
+  e.identity.rank = entry.rank;
+  e.identity.local_rank = entry.local_rank;
+  e.identity.world_size = entry.world_size;
+  e.identity.pid = entry.pid;
+  e.identity.gpu_index = entry.gpu_index;
+  Unpacker u(entry.packed.get(), entry.packed_size);
+  for (std::string* str : {&e.identity.cluster, &e.identity.node, &e.identity.job, &e.identity.gpu_uuid,
+                           &e.source, &e.name, &e.text}) {
+    *str = std::string(u.String());
+  }
+  const uint64_t attrs = std::min<uint64_t>(u.Varint(), kMaxAttrs);
+  e.attrs.reserve(attrs);
+  for (uint64_t i = 0; i < attrs; ++i) {
+    std::string k(u.String());
+    e.attrs.emplace_back(std::move(k), std::string(u.String()));
+  }
+  return e;
+}
 
 }  // namespace
 
@@ -57,7 +168,7 @@ struct EventLog::Impl {
   void PopFront() {
     const Entry& e = entries.front();
     if (e.seq > flushed_seq) --unflushed_count;
-    bytes -= e.bytes;
+    bytes -= e.bytes();
     entries.pop_front();
   }
 };
@@ -77,18 +188,20 @@ void EventLog::Append(Event event) {
     CutString(&k, max_text);
     CutString(&v, max_text);
   }
-  uint64_t bytes = ApproxBytes(event);
+  // Packed outside the lock (seq is set under it).
+  Entry entry = Pack(std::move(event), 0);
+  const uint64_t bytes = entry.bytes();
 
   std::unique_lock lock(impl_->mu);
   auto& entries = impl_->entries;
-  Entry entry{std::move(event), impl_->next_seq++, bytes};
+  entry.seq = impl_->next_seq++;
   // Events mostly arrive in order: the common case is a push_back; a late one is placed after
   // every event with the same or an earlier time (stable among equal times).
-  if (entries.empty() || entries.back().event.time <= entry.event.time) {
+  if (entries.empty() || entries.back().time <= entry.time) {
     entries.push_back(std::move(entry));
   } else {
-    auto it = std::upper_bound(entries.begin(), entries.end(), entry.event.time,
-                               [](TimeNs t, const Entry& e) { return t < e.event.time; });
+    auto it = std::upper_bound(entries.begin(), entries.end(), entry.time,
+                               [](TimeNs t, const Entry& e) { return t < e.time; });
     entries.insert(it, std::move(entry));
   }
   ++impl_->unflushed_count;
@@ -112,22 +225,22 @@ std::vector<Event> EventLog::Query(const EventQuery& query) const {
   std::shared_lock lock(impl_->mu);
   const auto& entries = impl_->entries;
   auto first = std::lower_bound(entries.begin(), entries.end(), query.from,
-                                [](const Entry& e, TimeNs t) { return e.event.time < t; });
-  auto last = std::upper_bound(first, entries.end(), query.to,
-                               [](TimeNs t, const Entry& e) { return t < e.event.time; });
+                                [](const Entry& e, TimeNs t) { return e.time < t; });
+  auto last =
+      std::upper_bound(first, entries.end(), query.to, [](TimeNs t, const Entry& e) { return t < e.time; });
   // Newest first so that the limit keeps the newest matches; reversed at the end.
   for (auto it = last; it != first && out.size() < query.limit;) {
     --it;
-    const Event& e = it->event;
+    const Entry& e = *it;
     if (!query.kinds.empty() &&
         (static_cast<int>(e.kind) >= kEventKindCount || !kind_mask[static_cast<int>(e.kind)])) {
       continue;
     }
-    if (!query.job.empty() && e.identity.job != query.job) continue;
-    if (query.rank >= 0 && e.identity.rank != query.rank) continue;
-    if (query.pid >= 0 && e.identity.pid != query.pid) continue;
-    if (query.gpu >= 0 && e.identity.gpu_index != query.gpu) continue;
-    out.push_back(e);
+    if (query.rank >= 0 && e.rank != query.rank) continue;
+    if (query.pid >= 0 && e.pid != query.pid) continue;
+    if (query.gpu >= 0 && e.gpu_index != query.gpu) continue;
+    if (!query.job.empty() && JobOf(e) != query.job) continue;
+    out.push_back(Unpack(e));
   }
   std::reverse(out.begin(), out.end());
   return out;
@@ -135,18 +248,18 @@ std::vector<Event> EventLog::Query(const EventQuery& query) const {
 
 std::vector<Event> EventLog::TakeUnflushed() {
   std::unique_lock lock(impl_->mu);
-  std::vector<std::pair<uint64_t, const Event*>> found;
+  std::vector<const Entry*> found;
   found.reserve(impl_->unflushed_count);
   // Unflushed events sit near the back (they are the newest, give or take a late arrival), so
   // the scan stops as soon as all of them are found.
   auto& entries = impl_->entries;
   for (auto it = entries.rbegin(); it != entries.rend() && found.size() < impl_->unflushed_count; ++it) {
-    if (it->seq > impl_->flushed_seq) found.emplace_back(it->seq, &it->event);
+    if (it->seq > impl_->flushed_seq) found.push_back(&*it);
   }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(found.begin(), found.end(), [](const Entry* a, const Entry* b) { return a->seq < b->seq; });
   std::vector<Event> out;
   out.reserve(found.size());
-  for (const auto& [seq, e] : found) out.push_back(*e);
+  for (const Entry* e : found) out.push_back(Unpack(*e));
   impl_->flushed_seq = impl_->next_seq - 1;
   impl_->unflushed_count = 0;
   return out;
@@ -154,14 +267,14 @@ std::vector<Event> EventLog::TakeUnflushed() {
 
 void EventLog::DropBefore(TimeNs t) {
   std::unique_lock lock(impl_->mu);
-  while (!impl_->entries.empty() && impl_->entries.front().event.time < t) impl_->PopFront();
+  while (!impl_->entries.empty() && impl_->entries.front().time < t) impl_->PopFront();
 }
 
 uint64_t EventLog::DropOldest(TimeNs up_to, uint64_t want_bytes) {
   std::unique_lock lock(impl_->mu);
   uint64_t freed = 0;
-  while (freed < want_bytes && !impl_->entries.empty() && impl_->entries.front().event.time <= up_to) {
-    freed += impl_->entries.front().bytes;
+  while (freed < want_bytes && !impl_->entries.empty() && impl_->entries.front().time <= up_to) {
+    freed += impl_->entries.front().bytes();
     impl_->PopFront();
     ++impl_->dropped;
   }
@@ -171,7 +284,7 @@ uint64_t EventLog::DropOldest(TimeNs up_to, uint64_t want_bytes) {
 std::optional<TimeNs> EventLog::oldest_time() const {
   std::shared_lock lock(impl_->mu);
   if (impl_->entries.empty()) return std::nullopt;
-  return impl_->entries.front().event.time;
+  return impl_->entries.front().time;
 }
 
 size_t EventLog::size() const {

@@ -77,7 +77,7 @@ TEST(StoreStatsCollectorTest, ExportsTheStoresStats) {
   EXPECT_EQ(m["ithbat_store_samples_rejected_total"], 1);
   EXPECT_GT(m["ithbat_store_sample_bytes"], 0);
   EXPECT_EQ(m["ithbat_store_events"], 1);
-  EXPECT_GT(m["ithbat_store_event_bytes"], static_cast<double>(sizeof(Event)));
+  EXPECT_GT(m["ithbat_store_event_bytes"], 0);
   EXPECT_EQ(m["ithbat_store_events_dropped_total"], 0);
   EXPECT_EQ(m["ithbat_store_disk_bytes"], 0);  // memory only
   EXPECT_EQ(m["ithbat_store_flush_errors_total"], 0);

@@ -1,5 +1,6 @@
 #include "store/event_log.h"
 
+#include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
@@ -69,12 +70,58 @@ TEST(EventLogTest, BoundedDropsOldestAndCounts) {
   EXPECT_EQ(Times(log.Query(EventQuery{})), (std::vector<TimeNs>{3, 4, 5}));
 }
 
+// The log packs what it holds; what comes back is the event as it went in, field for field.
+TEST(EventLogTest, EveryFieldComesBackAsItWentIn) {
+  Event e;
+  e.time = 42;
+  e.kind = EventKind::kTrainMetric;
+  e.identity.cluster = "c1";
+  e.identity.node = "gpu-node-0001.example";
+  e.identity.job = "job-77";
+  e.identity.rank = 3;
+  e.identity.local_rank = 1;
+  e.identity.world_size = 16;
+  e.identity.pid = 4242;
+  e.identity.gpu_index = 5;
+  e.identity.gpu_uuid = "GPU-0b5e7a4c-1d2e-3f40-5162-738495a6b7c8";
+  e.source = "joblog";
+  e.step = 1234;
+  e.value = 0.125;
+  e.name = "grad_norm";
+  e.text = std::string(300, 'y') + "\xc3\xa9";  // long, and not ASCII
+  e.attrs = {{"framework", "megatron"}, {"", ""}, {"k", std::string(200, 'z')}};
+  Event nan_value = e;
+  nan_value.time = 43;
+  nan_value.value = std::nan("");
+  nan_value.attrs.clear();
+  EventLog log(10, 1024);
+  log.Append(e);
+  log.Append(nan_value);
+  const auto got = log.Query(EventQuery{});
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], e);
+  EXPECT_EQ(got[1], nan_value);  // Event's == takes NaN values as equal
+  const auto unflushed = log.TakeUnflushed();
+  ASSERT_EQ(unflushed.size(), 2u);
+  EXPECT_EQ(unflushed[0], e);
+  EventQuery by_job;
+  by_job.job = "job-77";
+  EXPECT_EQ(log.Query(by_job).size(), 2u);
+  by_job.job = "job-7";
+  EXPECT_TRUE(log.Query(by_job).empty()) << "a job id is matched whole, not as a prefix";
+}
+
 TEST(EventLogTest, ByteBoundDropsOldestAndCounts) {
+  auto same_size = [](TimeNs t) {
+    Event e = MakeEvent(t);
+    e.name = "n";
+    return e;
+  };
   EventLog probe(100, 1024);
-  probe.Append(MakeEvent(1));
-  const uint64_t one = probe.bytes();  // every MakeEvent costs the same: its name is short
+  probe.Append(same_size(1));
+  const uint64_t one = probe.bytes();
   EventLog log(100, 1024, 3 * one);
-  for (TimeNs t = 1; t <= 10; ++t) log.Append(MakeEvent(t));
+  for (TimeNs t = 1; t <= 10; ++t) log.Append(same_size(t));
   EXPECT_LE(log.bytes(), 3 * one);
   EXPECT_EQ(log.size(), 3u);
   EXPECT_EQ(log.dropped(), 7u);
