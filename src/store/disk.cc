@@ -247,14 +247,21 @@ void ExtendRange(TimeNs t, bool* any, TimeNs* lo, TimeNs* hi) {
 
 // Merges the contents of consecutive segments, oldest first: samples per series in time order
 // (a timestamp seen twice keeps its first value), events and steps in their original order.
-SegmentContents MergeContents(std::vector<SegmentContents>& parts) {
-  SegmentContents out;
-  std::map<SeriesRef, std::vector<Sample>> by_ref;
-  for (auto& part : parts) {
+// Merges segments one at a time as they are read, so a compaction holds the merged result and
+// one input, not every input and the result (a 5-minute window of a busy node is tens of MB
+// decoded; holding it twice was the agent's highest memory peak).
+class ContentsMerger {
+ public:
+  void Add(SegmentContents&& part) {
     for (auto& batch : part.series) {
-      auto& dst = by_ref[batch.ref];
-      bool in_order = dst.empty() || batch.samples.empty() || dst.back().t < batch.samples.front().t;
+      auto& dst = by_ref_[batch.ref];
+      if (dst.empty()) {
+        dst = std::move(batch.samples);
+        continue;
+      }
+      const bool in_order = batch.samples.empty() || dst.back().t < batch.samples.front().t;
       dst.insert(dst.end(), batch.samples.begin(), batch.samples.end());
+      std::vector<Sample>().swap(batch.samples);  // freed now, not with the whole part
       if (!in_order) {
         std::stable_sort(dst.begin(), dst.end(), [](const Sample& a, const Sample& b) { return a.t < b.t; });
         dst.erase(
@@ -262,13 +269,20 @@ SegmentContents MergeContents(std::vector<SegmentContents>& parts) {
             dst.end());
       }
     }
-    std::move(part.events.begin(), part.events.end(), std::back_inserter(out.events));
-    std::move(part.steps.begin(), part.steps.end(), std::back_inserter(out.steps));
+    std::move(part.events.begin(), part.events.end(), std::back_inserter(out_.events));
+    std::move(part.steps.begin(), part.steps.end(), std::back_inserter(out_.steps));
   }
-  out.series.reserve(by_ref.size());
-  for (auto& [ref, samples] : by_ref) out.series.push_back(SeriesBatch{ref, std::move(samples)});
-  return out;
-}
+  SegmentContents Take() && {
+    out_.series.reserve(by_ref_.size());
+    for (auto& [ref, samples] : by_ref_) out_.series.push_back(SeriesBatch{ref, std::move(samples)});
+    by_ref_.clear();
+    return std::move(out_);
+  }
+
+ private:
+  SegmentContents out_;
+  std::map<SeriesRef, std::vector<Sample>> by_ref_;
+};
 
 }  // namespace
 
@@ -765,8 +779,8 @@ Status DiskStore::Compact() {
     if (run.size() < 2) return Ok();
 
     // Read, merge and write without the index lock: flushes go on meanwhile.
-    std::vector<SegmentContents> parts;
-    parts.reserve(run.size());
+    ContentsMerger merger;
+    size_t read = 0;
     for (const auto& info : run) {
       auto c = im.ReadSegment(info);
       if (!c) {
@@ -781,11 +795,11 @@ Status DiskStore::Compact() {
         }
         break;
       }
-      parts.push_back(std::move(*c));
+      merger.Add(std::move(*c));
+      ++read;
     }
-    if (parts.size() != run.size()) continue;
-    SegmentContents merged = MergeContents(parts);
-    parts.clear();
+    if (read != run.size()) continue;
+    SegmentContents merged = std::move(merger).Take();
 
     uint64_t first = run.front().header.first_seq, last = run.back().header.last_seq;
     auto built = BuildSegment(merged, first, last, kFlagCompacted, level);
