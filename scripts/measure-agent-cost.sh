@@ -80,7 +80,12 @@ sleep 3  # start-up (library load, first ticks) is not steady state
 hz=$(getconf CLK_TCK)
 ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 t0=$(ticks); s0=$(date +%s.%N)
-sleep "$seconds"
+# RSS once a second: one reading at the end would land before or after a maintenance round
+# (flush, compaction, then the freed pages given back) by chance.
+for ((i = 0; i < seconds; i++)); do
+  awk '/^VmRSS/{print $2}' "/proc/$pid/status" >>"$data/rss.txt"
+  sleep 1
+done
 t1=$(ticks); s1=$(date +%s.%N)
 rss=$(awk '/^VmRSS/{print $2}' "/proc/$pid/status")
 hwm=$(awk '/^VmHWM/{print $2}' "/proc/$pid/status")
@@ -92,6 +97,9 @@ awk -v t0="$t0" -v t1="$t1" -v s0="$s0" -v s1="$s1" -v hz="$hz" -v rss="$rss" -v
   -v n="$series" -v th="$threads" 'BEGIN {
   printf "agent cost over %.0f s at %s: %.4f cores average, RSS %.1f MiB (peak %.1f MiB), %s threads, %s series on /metrics\n",
          s1 - s0, iv, (t1 - t0) / hz / (s1 - s0), rss / 1024, hwm / 1024, th, n }'
+sort -n "$data/rss.txt" | awk '{v[NR] = $1} END {
+  printf "RSS over the run, one reading a second: median %.1f MiB, 95th percentile %.1f MiB, max %.1f MiB\n",
+         v[int((NR + 1) / 2)] / 1024, v[int(NR * 0.95 + 0.5)] / 1024, v[NR] / 1024 }'
 if ((lines_per_s > 0)); then
   echo "job output: $(metric ithbat_joblog_lines_total) lines captured, lost records $(metric ithbat_joblog_lost_records_total)"
 fi
