@@ -245,10 +245,10 @@ void ExtendRange(TimeNs t, bool* any, TimeNs* lo, TimeNs* hi) {
   }
 }
 
-// Merges the contents of consecutive segments, oldest first: samples per series in time order
-// (a timestamp seen twice keeps its first value), events and steps in their original order.
-// Merges segments one at a time as they are read, so a compaction holds the merged result and
-// one input, not every input and the result (a 5-minute window of a busy node is tens of MB
+// Merges the contents of consecutive segments, added oldest first: samples per series in time
+// order (a timestamp seen twice keeps its first value), events and steps in their original
+// order. Each segment is added as it is read, so a compaction holds the merged result and one
+// input, not every input and the result (a 5-minute window of a busy node is tens of MB
 // decoded; holding it twice was the agent's highest memory peak).
 class ContentsMerger {
  public:
