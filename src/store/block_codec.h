@@ -1,6 +1,7 @@
 #pragma once
 // The body of a segment file (before zstd): samples in a columnar block codec, events and step
-// records in a compact versioned binary form. Private to src/store (disk.cc and its tests);
+// records in a compact versioned binary form. Private to src/store (disk.cc and its tests; the
+// event log packs the events it holds in memory with the same Writer and Reader);
 // the byte layout is documented in docs/storage.md.
 //
 // Decoding treats its input as untrusted: every count and length is checked against the bytes

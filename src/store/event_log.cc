@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+
+#include "store/block_codec.h"
 
 namespace ithbat::store {
 namespace {
@@ -31,7 +34,7 @@ void CutString(std::string* s, size_t max_bytes) {
 // source, name, text, attributes) packed into one allocation as length-prefixed bytes. An Event
 // object costs ~320 bytes before its strings (nine std::string and a vector of pairs of them)
 // and another allocation for each string past 15 bytes (the GPU UUID always is); a joblog
-// event held that way took ~520 bytes, packed ~200 (docs/performance.md, "The agent's memory").
+// event held that way took ~520 bytes, packed ~136 (docs/performance.md, "The agent's memory").
 // Queries filter on the fixed fields and the job (read in place), and unpack only what they
 // return.
 struct Entry {
@@ -48,51 +51,12 @@ struct Entry {
   static constexpr uint64_t kMallocOverhead = 16;  // glibc: 8 bytes of header, 16-byte rounding
 };
 
-void PutVarint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-
-void PutString(std::string& out, std::string_view s) {
-  PutVarint(out, s.size());
-  out.append(s);
-}
-
-// Reads what PutVarint/PutString wrote; the bytes are ours (never from outside), so a short
-// buffer is a bug: it stops reading rather than running past the end.
-class Unpacker {
- public:
-  Unpacker(const char* p, size_t n) : p_(p), end_(p + n) {}
-  uint64_t Varint() {
-    uint64_t v = 0;
-    for (int shift = 0; p_ < end_ && shift < 64; shift += 7) {
-      const auto b = static_cast<uint8_t>(*p_++);
-      v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if ((b & 0x80) == 0) break;
-    }
-    return v;
-  }
-  std::string_view String() {
-    const uint64_t n = std::min<uint64_t>(Varint(), static_cast<uint64_t>(end_ - p_));
-    std::string_view s(p_, n);
-    p_ += n;
-    return s;
-  }
-
- private:
-  const char* p_;
-  const char* end_;
-};
-
 // Packed order: cluster, node, job, gpu_uuid, source, name, text, attribute count, then each
 // attribute's key and value. The job comes early so a query by job reads three strings.
-Entry Pack(Event&& e, uint64_t seq) {
+// The entry's seq is set by the caller, under the log's lock.
+Entry Pack(Event&& e) {
   Entry entry;
   entry.time = e.time;
-  entry.seq = seq;
   entry.step = e.step;
   entry.value = e.value;
   entry.rank = e.identity.rank;
@@ -101,29 +65,35 @@ Entry Pack(Event&& e, uint64_t seq) {
   entry.pid = e.identity.pid;
   entry.gpu_index = e.identity.gpu_index;
   entry.kind = e.kind;
-  std::string out;
-  out.reserve(e.identity.node.size() + e.identity.job.size() + e.identity.gpu_uuid.size() + e.source.size() +
-              e.name.size() + e.text.size() + 16);
+  codec::Writer w;
+  w.buffer().reserve(e.identity.node.size() + e.identity.job.size() + e.identity.gpu_uuid.size() +
+                     e.source.size() + e.name.size() + e.text.size() + 16);
   for (const std::string* str : {&e.identity.cluster, &e.identity.node, &e.identity.job, &e.identity.gpu_uuid,
                                  &e.source, &e.name, &e.text}) {
-    PutString(out, *str);
+    w.PutString(*str);
   }
-  PutVarint(out, e.attrs.size());
+  w.PutVarint(e.attrs.size());
   for (const auto& [k, v] : e.attrs) {
-    PutString(out, k);
-    PutString(out, v);
+    w.PutString(k);
+    w.PutString(v);
   }
+  const std::string& out = w.data();
   entry.packed_size = static_cast<uint32_t>(out.size());
   entry.packed = std::make_unique<char[]>(out.size());
   std::memcpy(entry.packed.get(), out.data(), out.size());
   return entry;
 }
 
+// The bytes are ours (Pack wrote them), so no length bound is needed beyond what is there.
+constexpr size_t kAnyLength = std::numeric_limits<size_t>::max();
+
+codec::Reader ReaderOf(const Entry& entry) { return codec::Reader({entry.packed.get(), entry.packed_size}); }
+
 std::string_view JobOf(const Entry& entry) {
-  Unpacker u(entry.packed.get(), entry.packed_size);
-  u.String();  // cluster
-  u.String();  // node
-  return u.String();
+  codec::Reader r = ReaderOf(entry);
+  r.GetString(kAnyLength);  // cluster
+  r.GetString(kAnyLength);  // node
+  return r.GetString(kAnyLength);
 }
 
 Event Unpack(const Entry& entry) {
@@ -137,16 +107,16 @@ Event Unpack(const Entry& entry) {
   e.identity.world_size = entry.world_size;
   e.identity.pid = entry.pid;
   e.identity.gpu_index = entry.gpu_index;
-  Unpacker u(entry.packed.get(), entry.packed_size);
+  codec::Reader r = ReaderOf(entry);
   for (std::string* str : {&e.identity.cluster, &e.identity.node, &e.identity.job, &e.identity.gpu_uuid,
                            &e.source, &e.name, &e.text}) {
-    *str = std::string(u.String());
+    *str = std::string(r.GetString(kAnyLength));
   }
-  const uint64_t attrs = std::min<uint64_t>(u.Varint(), kMaxAttrs);
+  const uint64_t attrs = std::min<uint64_t>(r.GetVarint(), kMaxAttrs);
   e.attrs.reserve(attrs);
   for (uint64_t i = 0; i < attrs; ++i) {
-    std::string k(u.String());
-    e.attrs.emplace_back(std::move(k), std::string(u.String()));
+    std::string k(r.GetString(kAnyLength));
+    e.attrs.emplace_back(std::move(k), std::string(r.GetString(kAnyLength)));
   }
   return e;
 }
@@ -189,7 +159,7 @@ void EventLog::Append(Event event) {
     CutString(&v, max_text);
   }
   // Packed outside the lock (seq is set under it).
-  Entry entry = Pack(std::move(event), 0);
+  Entry entry = Pack(std::move(event));
   const uint64_t bytes = entry.bytes();
 
   std::unique_lock lock(impl_->mu);
