@@ -51,7 +51,7 @@ die() {
   echo "build-image: $*" >&2
   exit 1
 }
-for tool in podman ldd readelf strip; do
+for tool in podman ldd ldconfig readelf strip; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is not installed (scripts/install-deps.sh installs it)"
 done
 [[ -x $bin ]] || die "$bin is not an executable (build the ithbat target first)"
@@ -124,6 +124,18 @@ ldd_out=$(ldd "$bin") || die "ldd $bin failed"
 if grep -q 'not found' <<<"$ldd_out"; then die "ldd: libraries not found: $(grep 'not found' <<<"$ldd_out")"; fi
 mapfile -t libs < <(awk '$2 == "=>" && $3 ~ /^\// { print $3 }' <<<"$ldd_out")
 ((${#libs[@]} > 0)) || die "ldd listed no libraries for $bin"
+# libcurl is dlopened at the first outgoing request (src/net/curl_api.h), so ldd of the binary
+# does not list it: add it and its own closure, resolved through the loader's cache.
+for soname in libcurl.so.4; do
+  path=$(ldconfig -p | awk -v n="$soname" '$1 == n && /x86-64|x86_64|aarch64|AArch64/ { print $NF; exit }')
+  [[ -n $path ]] || path=$(ldconfig -p | awk -v n="$soname" '$1 == n { print $NF; exit }')
+  [[ -n $path && -e $path ]] || die "$soname (dlopened by the agent) is not installed"
+  dl_ldd=$(ldd "$path") || die "ldd $path failed"
+  if grep -q 'not found' <<<"$dl_ldd"; then die "ldd: libraries not found: $(grep 'not found' <<<"$dl_ldd")"; fi
+  libs+=("$path")
+  mapfile -t -O "${#libs[@]}" libs < <(awk '$2 == "=>" && $3 ~ /^\// { print $3 }' <<<"$dl_ldd")
+done
+mapfile -t libs < <(printf '%s\n' "${libs[@]}" | awk '!seen[$0]++')
 for lib in "$interp" "${libs[@]}"; do copy_path "$lib"; done
 
 # glibc reads these to name users and resolve host names (the agent's UserName for job-output

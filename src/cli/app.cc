@@ -78,9 +78,15 @@ void BuildApp(CLI::App& app, CliState& st) {
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.require_subcommand(1);
   // `ithbat --version` says what `ithbat version` says (CLI11 prints it and ends with a newline).
-  std::string version = VersionText();
-  while (!version.empty() && version.back() == '\n') version.pop_back();
-  app.set_version_flag("--version", version, "Print the version and build information and exit");
+  // Computed only when asked: it loads libcurl to name its version (net/curl_api.h).
+  app.set_version_flag(
+      "--version",
+      [] {
+        std::string version = VersionText();
+        while (!version.empty() && version.back() == '\n') version.pop_back();
+        return version;
+      },
+      "Print the version and build information and exit");
 
   st.agent_cmd =
       app.add_subcommand("agent", "Run the node agent: collect, store, serve /metrics and the JSON API");

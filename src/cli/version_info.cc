@@ -2,13 +2,13 @@
 
 #include <CLI/Version.hpp>
 #include <fmt/core.h>
-#include <curl/curl.h>
 #include <microhttpd.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/version.h>
 #include <zstd.h>
 
 #include "core/version.h"
+#include "net/curl_api.h"
 
 #ifndef ITHBAT_BUILD_TYPE
 #define ITHBAT_BUILD_TYPE "unknown"
@@ -22,11 +22,12 @@ std::string VersionText() {
   const char* standard = __cplusplus > 202002L ? "C++23" : "C++20";
   out += fmt::format("  build:     {}, {}, {}\n", ITHBAT_BUILD_TYPE, kCompiler, standard);
   out += fmt::format(
-      "  libraries: fmt {}.{}.{}, spdlog {}.{}.{}, CLI11 {}, libmicrohttpd {}, libcurl {}, nlohmann-json {}.{}.{}, "
+      "  libraries: fmt {}.{}.{}, spdlog {}.{}.{}, CLI11 {}, libmicrohttpd {}, libcurl {}, nlohmann-json "
+      "{}.{}.{}, "
       "zstd {}\n",
       FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100, SPDLOG_VER_MAJOR, SPDLOG_VER_MINOR,
-      SPDLOG_VER_PATCH, CLI11_VERSION, MHD_get_version(), curl_version_info(CURLVERSION_NOW)->version,
-      NLOHMANN_JSON_VERSION_MAJOR, NLOHMANN_JSON_VERSION_MINOR, NLOHMANN_JSON_VERSION_PATCH, ZSTD_versionString());
+      SPDLOG_VER_PATCH, CLI11_VERSION, MHD_get_version(), net::CurlVersion(), NLOHMANN_JSON_VERSION_MAJOR,
+      NLOHMANN_JSON_VERSION_MINOR, NLOHMANN_JSON_VERSION_PATCH, ZSTD_versionString());
   return out;
 }
 

@@ -1,21 +1,13 @@
 #include "net/http_client.h"
 
-#include <curl/curl.h>
-
 #include <algorithm>
-#include <mutex>
 
 #include <fmt/format.h>
 
+#include "net/curl_api.h"
+
 namespace ithbat::net {
 namespace {
-
-// libcurl's process-wide set-up, once, before any handle (curl_easy_init would do it lazily,
-// but not safely from two threads at once on every build).
-void InitCurlOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
 
 bool StartsWithIgnoreCase(std::string_view text, std::string_view prefix) {
   if (text.size() < prefix.size()) return false;
@@ -116,15 +108,16 @@ std::string Query(const Pairs& params) {
 }  // namespace
 
 struct HttpClient::Handle {
+  const CurlApi* api = nullptr;  // set with curl
   CURL* curl = nullptr;
   ~Handle() {
-    if (curl != nullptr) curl_easy_cleanup(curl);
+    if (curl != nullptr) api->easy_cleanup(curl);
   }
 };
 
-HttpClient::HttpClient(HttpLimits limits) : limits_(limits), handle_(std::make_unique<Handle>()) {
-  InitCurlOnce();
-}
+// libcurl is loaded by the first Send, not here: a collector holding a client that never calls
+// costs nothing (curl_api.h).
+HttpClient::HttpClient(HttpLimits limits) : limits_(limits), handle_(std::make_unique<Handle>()) {}
 
 HttpClient::~HttpClient() = default;
 
@@ -139,13 +132,17 @@ Result<HttpAnswer> HttpClient::Send(const HttpCall& call) {
   if (call.method != "GET" && call.method != "HEAD" && call.method != "POST") {
     return MakeErrorF(ErrorCode::kInvalidArgument, "method {} is not one the client sends", call.method.substr(0, 16));
   }
+  auto loaded = Curl();
+  if (!loaded) return std::unexpected(loaded.error());
+  const CurlApi& api = **loaded;
   if (handle_->curl == nullptr) {
-    handle_->curl = curl_easy_init();
+    handle_->api = &api;
+    handle_->curl = api.easy_init();
     if (handle_->curl == nullptr) return MakeError(ErrorCode::kResourceExhausted, "cannot create an HTTP handle");
   }
   CURL* c = handle_->curl;
   // Every option set again for each call; the connection cache survives the reset.
-  curl_easy_reset(c);
+  api.easy_reset(c);
 
   Exchange x;
   x.limits = &limits_;
@@ -153,53 +150,54 @@ Result<HttpAnswer> HttpClient::Send(const HttpCall& call) {
   char error_text[CURL_ERROR_SIZE] = {0};
   const std::string url_text(url);
 
-  curl_easy_setopt(c, CURLOPT_URL, url_text.c_str());
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+  api.easy_setopt(c, CURLOPT_URL, url_text.c_str());
+  api.easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  api.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
   // The agent's environment must not route its loopback scrapes or its webhook through a proxy
   // (http_proxy and friends), nor read ~/.netrc.
-  curl_easy_setopt(c, CURLOPT_PROXY, "");
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, Millis(limits_.connect_timeout));
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, Millis(limits_.deadline));
-  curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);  // small requests: no wait for a delayed ACK
-  curl_easy_setopt(c, CURLOPT_HTTP_CONTENT_DECODING, 0L);  // never inflate what a peer compressed
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error_text);
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, &OnHeader);
-  curl_easy_setopt(c, CURLOPT_HEADERDATA, &x);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &OnBody);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &x);
+  api.easy_setopt(c, CURLOPT_PROXY, "");
+  api.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  api.easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, Millis(limits_.connect_timeout));
+  api.easy_setopt(c, CURLOPT_TIMEOUT_MS, Millis(limits_.deadline));
+  api.easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);            // small requests: no wait for a delayed ACK
+  api.easy_setopt(c, CURLOPT_HTTP_CONTENT_DECODING, 0L);  // never inflate what a peer compressed
+  api.easy_setopt(c, CURLOPT_ERRORBUFFER, error_text);
+  api.easy_setopt(c, CURLOPT_HEADERFUNCTION, &OnHeader);
+  api.easy_setopt(c, CURLOPT_HEADERDATA, &x);
+  api.easy_setopt(c, CURLOPT_WRITEFUNCTION, &OnBody);
+  api.easy_setopt(c, CURLOPT_WRITEDATA, &x);
   if (!call.keep_cut_body) {
     // A declared length over the limit is refused before any of the body is read.
-    curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(limits_.max_body_bytes));
+    api.easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(limits_.max_body_bytes));
   }
 
   curl_slist* headers = nullptr;
   for (const auto& [name, value] : call.headers) {
-    headers = curl_slist_append(headers, fmt::format("{}: {}", name, value).c_str());
+    headers = api.slist_append(headers, fmt::format("{}: {}", name, value).c_str());
   }
   if (call.method == "POST") {
-    curl_easy_setopt(c, CURLOPT_POST, 1L);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, call.body.data());
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(call.body.size()));
+    api.easy_setopt(c, CURLOPT_POST, 1L);
+    api.easy_setopt(c, CURLOPT_POSTFIELDS, call.body.data());
+    api.easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(call.body.size()));
     // No "Expect: 100-continue" round trip for a large message.
-    headers = curl_slist_append(headers, "Expect:");
+    headers = api.slist_append(headers, "Expect:");
   } else if (call.method == "HEAD") {
-    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    api.easy_setopt(c, CURLOPT_NOBODY, 1L);
   } else {
-    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    api.easy_setopt(c, CURLOPT_HTTPGET, 1L);
   }
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  api.easy_setopt(c, CURLOPT_HTTPHEADER, headers);
 
-  const CURLcode rc = curl_easy_perform(c);
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, nullptr);
-  curl_slist_free_all(headers);
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, nullptr);
+  const CURLcode rc = api.easy_perform(c);
+  api.easy_setopt(c, CURLOPT_HTTPHEADER, nullptr);
+  api.slist_free_all(headers);
+  api.easy_setopt(c, CURLOPT_ERRORBUFFER, nullptr);
 
   long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  api.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   x.answer.status = static_cast<int>(status);
-  const std::string why = error_text[0] != '\0' ? std::string(error_text) : std::string(curl_easy_strerror(rc));
+  const std::string why =
+      error_text[0] != '\0' ? std::string(error_text) : std::string(api.easy_strerror(rc));
 
   if (x.headers_over) {
     return MakeErrorF(ErrorCode::kResourceExhausted, "the answer's headers exceed {} bytes or {} lines",
@@ -246,8 +244,9 @@ std::string QueryString(const std::vector<std::pair<std::string, std::string>>& 
 std::string QueryString(const std::multimap<std::string, std::string>& params) { return Query(params); }
 
 bool HttpsSupported() {
-  InitCurlOnce();
-  const curl_version_info_data* info = curl_version_info(CURLVERSION_NOW);
+  auto api = Curl();
+  if (!api) return false;
+  const curl_version_info_data* info = (*api)->version_info(CURLVERSION_NOW);
   return info != nullptr && (info->features & CURL_VERSION_SSL) != 0;
 }
 

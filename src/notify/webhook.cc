@@ -321,8 +321,8 @@ Result<std::unique_ptr<WebhookNotifier>> WebhookNotifier::Start(WebhookOptions o
   }
   if (https && !HttpsSupported()) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     "webhook URL is https://, but this build's libcurl has no TLS support; use an http:// "
-                     "relay or a libcurl built with TLS");
+                     "webhook URL is https://, but libcurl (libcurl.so.4) is missing or has no TLS "
+                     "support; use an http:// relay or install a libcurl built with TLS");
   }
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);

@@ -24,6 +24,8 @@ dpkg-deb --info "$deb" >"$WORK/info.txt"
 grep -q '^ Package: ithbat$' "$WORK/info.txt" || fail "package name is not ithbat"
 depends=$(grep '^ Depends:' "$WORK/info.txt" || true)
 [[ $depends == *libc6* && $depends == *adduser* ]] || fail "Depends lacks libc6 (shlibdeps) or adduser: $depends"
+# libcurl is dlopened (src/net/curl_api.h): shlibdeps cannot see it, the control file must name it.
+[[ $depends == *libcurl4* ]] || fail "Depends lacks libcurl4 (dlopened at the first request): $depends"
 dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles >"$WORK/conffiles" || fail "no conffiles"
 grep -qx /etc/ithbat/agent.toml "$WORK/conffiles" || fail "/etc/ithbat/agent.toml is not a conffile"
 

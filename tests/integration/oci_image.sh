@@ -146,6 +146,9 @@ echo "binary: $(($(stat -c %s "$bin") / 1024)) KiB stripped in the image, $(($(s
 # 1. The binary runs in its own file system: the loader and every library resolve from it.
 got=$(chroot "$root" /usr/bin/ithbat --version 2>&1) || fail "chroot ... ithbat --version: $got"
 [[ $(head -1 <<<"$got") == "ithbat $version" ]] || fail "--version in the image printed: $(head -1 <<<"$got")"
+# libcurl is dlopened (src/net/curl_api.h), so ldd of the binary does not bring it: the image
+# must carry it and its closure, or every outgoing request fails there.
+grep -q "libcurl [0-9]" <<<"$got" || fail "libcurl is not loadable in the image: $(grep -o 'libcurl [^,]*' <<<"$got")"
 
 # 2. The image's command line as a DaemonSet pod runs it: the host trees at /host/proc and
 # /host/sys (here the fixture trees), the token Secret at its path (a regular file, 0600; --once

@@ -1,0 +1,98 @@
+#include "net/curl_api.h"
+
+#include <mutex>
+#include <string>
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+namespace ithbat::net {
+namespace {
+
+// Debian 12's libcurl4 (OpenSSL); the soname has been libcurl.so.4 since 2006.
+constexpr const char* kSoname = "libcurl.so.4";
+
+struct Loaded {
+  CurlApi api{};
+  std::string error;  // empty: loaded
+};
+
+template <class Fn>
+bool Bind(void* lib, const char* soname, const char* name, Fn& fn, std::string& error) {
+  void* sym = dlsym(lib, name);
+  if (sym == nullptr) {
+    if (error.empty()) error = fmt::format("{} has no {} (not libcurl 7.x/8.x)", soname, name);
+    return false;
+  }
+  fn = reinterpret_cast<Fn>(sym);
+  return true;
+}
+
+Loaded Load() {
+  Loaded out;
+  auto api = BindCurl(kSoname);
+  if (!api) {
+    out.error = api.error().message;
+    return out;
+  }
+  out.api = *api;
+  // Process-wide set-up before any handle (curl_easy_init would do it lazily, but not safely from
+  // two threads at once on every build).
+  if (CURLcode rc = out.api.global_init(CURL_GLOBAL_DEFAULT); rc != CURLE_OK) {
+    out.error = fmt::format("curl_global_init failed (code {})", static_cast<int>(rc));
+  }
+  return out;
+}
+
+const Loaded& Once() {
+  static std::once_flag once;
+  static Loaded loaded;
+  std::call_once(once, [] { loaded = Load(); });
+  return loaded;
+}
+
+}  // namespace
+
+Result<CurlApi> BindCurl(const char* soname) {
+  // Never unloaded: handles and libcurl's global state live until the process exits.
+  void* lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    return MakeErrorF(ErrorCode::kUnavailable, "cannot load {}: {} (install libcurl4)", soname,
+                      why ? why : "unknown reason");
+  }
+  CurlApi a{};
+  std::string e;
+  const char* so = soname;
+  bool ok = Bind(lib, so, "curl_global_init", a.global_init, e);
+  ok &= Bind(lib, so, "curl_easy_init", a.easy_init, e);
+  ok &= Bind(lib, so, "curl_easy_cleanup", a.easy_cleanup, e);
+  ok &= Bind(lib, so, "curl_easy_reset", a.easy_reset, e);
+  ok &= Bind(lib, so, "curl_easy_setopt", a.easy_setopt, e);
+  ok &= Bind(lib, so, "curl_easy_perform", a.easy_perform, e);
+  ok &= Bind(lib, so, "curl_easy_getinfo", a.easy_getinfo, e);
+  ok &= Bind(lib, so, "curl_easy_strerror", a.easy_strerror, e);
+  ok &= Bind(lib, so, "curl_slist_append", a.slist_append, e);
+  ok &= Bind(lib, so, "curl_slist_free_all", a.slist_free_all, e);
+  ok &= Bind(lib, so, "curl_version_info", a.version_info, e);
+  if (!ok) {
+    dlclose(lib);
+    return MakeError(ErrorCode::kUnavailable, e);
+  }
+  return a;
+}
+
+Result<const CurlApi*> Curl() {
+  const Loaded& l = Once();
+  if (!l.error.empty()) return MakeError(ErrorCode::kUnavailable, l.error);
+  return &l.api;
+}
+
+std::string CurlVersion() {
+  auto api = Curl();
+  if (!api) return fmt::format("not loaded ({})", api.error().message);
+  const curl_version_info_data* info = (*api)->version_info(CURLVERSION_NOW);
+  return info != nullptr && info->version != nullptr ? std::string(info->version) : "unknown";
+}
+
+}  // namespace ithbat::net
