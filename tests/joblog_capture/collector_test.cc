@@ -187,6 +187,30 @@ TEST_F(CollectorTest, LineSplitAcrossWritesAndChunksIsOneLineWithTheRightIdentit
   EXPECT_EQ(raw[0].text, line.substr(0, line.size() - 1));
 }
 
+// Records are handed to the parsers in batches (the vector between source and parsers stays a
+// batch's size), and a tick still takes at most max_records_per_collect of them: the rest wait
+// for the next tick, in order, none lost or repeated.
+TEST_F(CollectorTest, ATickTakesItsRecordsInBatchesUpToItsBound) {
+  AddProc(100);
+  JobLogOptions options;
+  options.max_records_per_collect = 2'500;
+  Make(options);
+  Publish({{100, Rank("j", 0)}});
+  Tick();
+  constexpr int kLines = 3'000;
+  for (int i = 0; i < kLines; ++i) Data(100, 1, fmt::format("plain line {}\n", i), kT0 + kNsPerSec + i);
+  Tick();
+  EXPECT_EQ(sink_.Last("ithbat_joblog_lines_total", "{stream=\"stdout\"}"), 2'500.0);
+  EXPECT_EQ(state_->queue.size(), 500u);
+  Tick();
+  EXPECT_EQ(sink_.Last("ithbat_joblog_lines_total", "{stream=\"stdout\"}"), 3'000.0);
+  EXPECT_TRUE(state_->queue.empty());
+  auto raw = collector_->raw_ring().Read(kMinTime, kMaxTime);
+  ASSERT_FALSE(raw.empty());
+  EXPECT_EQ(raw.back().text, fmt::format("plain line {}", kLines - 1));
+  for (size_t i = 1; i < raw.size(); ++i) ASSERT_LT(raw[i - 1].time, raw[i].time) << "out of order at " << i;
+}
+
 TEST_F(CollectorTest, TwoProcessesInterleavedKeepTheirOwnLinesStreamsAndRanks) {
   AddProc(100);
   AddProc(200);
