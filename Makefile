@@ -35,12 +35,21 @@ demo: configure
 test: build
 	@bash scripts/run-tests.sh $(BUILD_DIR) $(JOBS)
 
+# Every benchmark program, then the agent measured on this machine (quiet, and beside a job
+# printing 10,000 lines/s), then issue 28's figures beside their baselines from this same run
+# (scripts/bench-summary.py). Each program's output stays in BENCH_OUT. Root (probes, eBPF).
+BENCH_OUT ?= $(BUILD_DIR)/bench-results
+BENCH_AGENT_SECONDS ?= 120
 bench: BENCH := ON
 bench: build
-	@set -e; found=0; for b in $(BUILD_DIR)/bench/*_bench; do \
-	  [ -x "$$b" ] || continue; found=1; \
-	  echo "---- $$b"; $(STAGE) "bench:$$(basename $$b)" "$$b"; \
-	done; [ $$found -eq 1 ] || echo "no benchmarks built"
+	@set -e; rm -rf $(BENCH_OUT); mkdir -p $(BENCH_OUT); found=0; \
+	for b in $(BUILD_DIR)/bench/*_bench; do \
+	  [ -x "$$b" ] || continue; found=1; n=$$(basename $$b); \
+	  echo "---- $$b"; $(STAGE) "bench:$$n" bash -c 'set -o pipefail; "$$0" 2>&1 | tee "$$1"' "$$b" "$(BENCH_OUT)/$$n.txt"; \
+	done; [ $$found -eq 1 ] || { echo "no benchmarks built"; exit 1; }
+	@$(STAGE) bench:agent-quiet bash -c 'set -o pipefail; scripts/measure-agent-cost.sh $(BENCH_AGENT_SECONDS) 1s $(BUILD_DIR) 0 | tee $(BENCH_OUT)/agent-quiet.txt'
+	@$(STAGE) bench:agent-job bash -c 'set -o pipefail; scripts/measure-agent-cost.sh $(BENCH_AGENT_SECONDS) 1s $(BUILD_DIR) 10000 | tee $(BENCH_OUT)/agent-job.txt'
+	@python3 scripts/bench-summary.py $(BENCH_OUT)
 
 # The Debian package (packaging/package.cmake): $(BUILD_DIR)/package/ithbat_<version>_<arch>.deb,
 # stripped binary, systemd units (installed, not enabled), example config, dashboard and alerts.
