@@ -513,15 +513,30 @@ void Runtime::Impl::RunTicker() {
 }
 
 void Runtime::Impl::RunMaintenance() {
+  using Clock = std::chrono::steady_clock;
   std::unique_lock lock(tick_mu);
-  auto next = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options.maintenance_interval);
-  while (!tick_cv.wait_until(lock, next, [&] { return stopping; })) {
+  auto next = Clock::now() + std::chrono::nanoseconds(options.maintenance_interval);
+  const bool upkeep = options.upkeep && options.upkeep_interval > 0;
+  auto next_upkeep = Clock::now() + std::chrono::nanoseconds(options.upkeep_interval);
+  for (;;) {
+    const auto wake = upkeep ? std::min(next, next_upkeep) : next;
+    if (tick_cv.wait_until(lock, wake, [&] { return stopping; })) return;
+    const auto now = Clock::now();
     lock.unlock();
-    options.maintenance(NowNs());
+    if (now >= next) {
+      options.maintenance(NowNs());
+    } else {
+      options.upkeep();
+    }
     lock.lock();
-    next += std::chrono::nanoseconds(options.maintenance_interval);
-    // A maintenance run longer than its interval: start the next one now, not a backlog.
-    next = std::max(next, std::chrono::steady_clock::now());
+    if (now >= next) {
+      next += std::chrono::nanoseconds(options.maintenance_interval);
+      // A maintenance run longer than its interval: start the next one now, not a backlog.
+      next = std::max(next, Clock::now());
+    }
+    if (upkeep && now >= next_upkeep) {
+      next_upkeep = std::max(next_upkeep + std::chrono::nanoseconds(options.upkeep_interval), Clock::now());
+    }
   }
 }
 

@@ -31,6 +31,10 @@ struct RuntimeOptions {
   TimeNs collect_deadline = 5 * kNsPerSec;  // watchdog: a Collect running longer is "hung"
   TimeNs maintenance_interval = 10 * kNsPerSec;
   std::function<void(TimeNs now)> maintenance;  // e.g. store Flush + EnforceRetention
+  // Light work between maintenance rounds, on the maintenance thread (e.g. giving freed heap
+  // pages back to the kernel): every upkeep_interval, skipped when a maintenance round is due.
+  TimeNs upkeep_interval = kNsPerSec;
+  std::function<void()> upkeep;
 };
 
 struct CollectorStatus {

@@ -372,6 +372,36 @@ TEST(RuntimeTest, MaintenanceRunsPeriodicallyAndAtStop) {
   EXPECT_EQ(runs, after_stop);  // nothing runs after Stop
 }
 
+// Upkeep runs between maintenance rounds, never in place of one and never at the same time:
+// with maintenance every 200 ms and upkeep every 20 ms, several upkeeps fall between rounds.
+TEST(RuntimeTest, UpkeepRunsBetweenMaintenanceRounds) {
+  FakeSink sink;
+  std::atomic<int> rounds{0}, upkeeps{0}, busy{0}, overlaps{0};
+  RuntimeOptions o = FastOptions();
+  o.maintenance_interval = 200 * kNsPerMs;
+  o.upkeep_interval = 20 * kNsPerMs;
+  o.maintenance = [&](TimeNs) {
+    if (busy.fetch_add(1) != 0) ++overlaps;
+    ++rounds;
+    busy.fetch_sub(1);
+  };
+  o.upkeep = [&] {
+    if (busy.fetch_add(1) != 0) ++overlaps;
+    ++upkeeps;
+    busy.fetch_sub(1);
+  };
+  Runtime rt(sink, o);
+  ASSERT_TRUE(rt.Start());
+  ASSERT_TRUE(WaitFor([&] { return rounds >= 2; }));
+  rt.Stop();
+  // ~18 are due in two rounds; a loaded machine delays some (they never pile up).
+  EXPECT_GE(upkeeps.load(), 3) << "upkeep every 20 ms between rounds 200 ms apart";
+  EXPECT_EQ(overlaps.load(), 0);
+  const int after_stop = upkeeps;
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_EQ(upkeeps.load(), after_stop);  // nothing runs after Stop
+}
+
 TEST(RuntimeTest, ACollectorThatFailsToInitStaysDownOthersRun) {
   FakeSink sink;
   auto broken = std::make_shared<Probe>();
