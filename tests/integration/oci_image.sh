@@ -90,9 +90,16 @@ cid=$("${podman[@]}" create --network none "$tag") || fail "podman create $tag f
 tar --numeric-owner -tvf "$WORK/rootfs.tar" >"$WORK/listing.txt"
 if awk '$2 != "0/0"' "$WORK/listing.txt" | grep .; then fail "files not owned by root in the image"; fi
 tar -tf "$WORK/rootfs.tar" | sed 's|/$||' | sort >"$WORK/files.txt"
-# Every library name the image may hold: each soname ldd lists, the file it resolves to on
-# the build host, and the loader; the image's own copy must be one of them.
-allowed_libs=$(ldd "$ITHBAT" | awk '$2 == "=>" && $3 ~ /^\// { print $1; print $3 }' | while read -r p; do
+# Every library name the image may hold: each soname ldd lists for the binary and for libcurl
+# (dlopened at the first request, src/net/curl_api.h), the file it resolves to on the build
+# host, and the loader; the image's own copy must be one of them.
+curl_path=$(ldconfig -p | awk '$1 == "libcurl.so.4" { print $NF; exit }')
+[[ -n $curl_path ]] || fail "libcurl.so.4 is not installed on this host"
+allowed_libs=$({
+  ldd "$ITHBAT"
+  echo "	libcurl.so.4 => $curl_path (0x0)"
+  ldd "$curl_path"
+} | awk '$2 == "=>" && $3 ~ /^\// { print $1; print $3 }' | while read -r p; do
   basename "$p"
   if [[ $p == /* ]]; then basename "$(realpath "$p")"; fi
 done | sort -u)
