@@ -1,6 +1,5 @@
 #include "net/curl_api.h"
 
-#include <mutex>
 #include <string>
 
 #include <dlfcn.h>
@@ -11,11 +10,6 @@ namespace {
 
 // Debian 12's libcurl4 (OpenSSL); the soname has been libcurl.so.4 since 2006.
 constexpr const char* kSoname = "libcurl.so.4";
-
-struct Loaded {
-  CurlApi api{};
-  std::string error;  // empty: loaded
-};
 
 template <class Fn>
 bool Bind(void* lib, const char* soname, const char* name, Fn& fn, std::string& error) {
@@ -28,26 +22,18 @@ bool Bind(void* lib, const char* soname, const char* name, Fn& fn, std::string& 
   return true;
 }
 
-Loaded Load() {
-  Loaded out;
-  auto api = BindCurl(kSoname);
-  if (!api) {
-    out.error = api.error().message;
-    return out;
-  }
-  out.api = *api;
-  // Process-wide set-up before any handle (curl_easy_init would do it lazily, but not safely from
-  // two threads at once on every build).
-  if (CURLcode rc = out.api.global_init(CURL_GLOBAL_DEFAULT); rc != CURLE_OK) {
-    out.error = fmt::format("curl_global_init failed (code {})", static_cast<int>(rc));
-  }
-  return out;
-}
-
-const Loaded& Once() {
-  static std::once_flag once;
-  static Loaded loaded;
-  std::call_once(once, [] { loaded = Load(); });
+// Loaded and initialised once per process (a function-local static: thread-safe).
+const Result<CurlApi>& Loaded() {
+  static const Result<CurlApi> loaded = []() -> Result<CurlApi> {
+    auto api = BindCurl(kSoname);
+    if (!api) return api;
+    // Process-wide set-up before any handle (curl_easy_init would do it lazily, but not safely
+    // from two threads at once on every build).
+    if (CURLcode rc = api->global_init(CURL_GLOBAL_DEFAULT); rc != CURLE_OK) {
+      return MakeErrorF(ErrorCode::kUnavailable, "curl_global_init failed (code {})", static_cast<int>(rc));
+    }
+    return api;
+  }();
   return loaded;
 }
 
@@ -63,7 +49,7 @@ Result<CurlApi> BindCurl(const char* soname) {
   }
   CurlApi a{};
   std::string e;
-  const char* so = soname;
+  const char* so = soname;  // keeps each line below short
   bool ok = Bind(lib, so, "curl_global_init", a.global_init, e);
   ok &= Bind(lib, so, "curl_easy_init", a.easy_init, e);
   ok &= Bind(lib, so, "curl_easy_cleanup", a.easy_cleanup, e);
@@ -83,9 +69,9 @@ Result<CurlApi> BindCurl(const char* soname) {
 }
 
 Result<const CurlApi*> Curl() {
-  const Loaded& l = Once();
-  if (!l.error.empty()) return MakeError(ErrorCode::kUnavailable, l.error);
-  return &l.api;
+  const Result<CurlApi>& loaded = Loaded();
+  if (!loaded) return std::unexpected(loaded.error());
+  return &*loaded;
 }
 
 std::string CurlVersion() {

@@ -7,6 +7,13 @@
 namespace ithbat::net {
 namespace {
 
+// A refused library is kUnavailable and its message says `what`.
+void ExpectRefused(const Result<CurlApi>& api, const std::string& what) {
+  ASSERT_FALSE(api);
+  EXPECT_EQ(api.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(api.error().message.find(what), std::string::npos) << api.error().message;
+}
+
 TEST(CurlApi, LoadsLibcurlAtFirstUse) {
   auto api = Curl();
   ASSERT_TRUE(api) << api.error().message;
@@ -19,19 +26,12 @@ TEST(CurlApi, LoadsLibcurlAtFirstUse) {
 
 TEST(CurlApi, AMissingLibraryIsNamedWithTheLoadersReason) {
   auto api = BindCurl("libcurl-ithbat-absent.so.4");
-  ASSERT_FALSE(api);
-  EXPECT_EQ(api.error().code, ErrorCode::kUnavailable);
-  EXPECT_NE(api.error().message.find("cannot load libcurl-ithbat-absent.so.4"), std::string::npos)
-      << api.error().message;
-  EXPECT_NE(api.error().message.find("install libcurl4"), std::string::npos);
+  ExpectRefused(api, "cannot load libcurl-ithbat-absent.so.4");
+  ExpectRefused(api, "install libcurl4");
 }
 
 TEST(CurlApi, ALibraryThatIsNotLibcurlIsRefusedByName) {
-  auto api = BindCurl("libc.so.6");
-  ASSERT_FALSE(api);
-  EXPECT_EQ(api.error().code, ErrorCode::kUnavailable);
-  EXPECT_NE(api.error().message.find("libc.so.6 has no curl_global_init"), std::string::npos)
-      << api.error().message;
+  ExpectRefused(BindCurl("libc.so.6"), "libc.so.6 has no curl_global_init");
 }
 
 }  // namespace
