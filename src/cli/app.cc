@@ -11,11 +11,11 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <fmt/format.h>
-#include <malloc.h>
 #include <signal.h>
 #include <spdlog/logger.h>
 
 #include "agent/logging.h"
+#include "agent/malloc_arenas.h"
 #include "agent/runtime.h"
 #include "cli/agent_process.h"
 #include "cli/demo.h"
@@ -299,11 +299,8 @@ int RunAgent(const AgentFlags& flags, const std::vector<std::string>& args) {
     return kExitUsage;
   }
   if (options->once) return RunOnce(*options);
-  // glibc gives each thread that allocates its own arena (up to 8 per core) and each arena keeps
-  // its freed memory; the agent's threads mostly wait and allocate little, and the capture
-  // thread allocates what the collector thread frees. Two arenas: measured 10 MiB less RSS with
-  // a job printing 10,000 lines/s, and no difference in CPU (docs/performance.md).
-  mallopt(M_ARENA_MAX, 2);
+  // One malloc arena for all threads, set before any starts (agent/malloc_arenas.h says why).
+  agent::LimitMallocArenas();
 
   const sigset_t signals = BlockAgentSignals();
   auto log = agent::GetLogger("cli");
