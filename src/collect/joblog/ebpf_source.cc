@@ -114,8 +114,7 @@ Result<std::unique_ptr<EbpfCaptureSource>> EbpfCaptureSource::Create(EbpfSourceO
     return MakeErrorF(ErrorCode::kInvalidArgument,
                       "unknown BPF attachment '{}' (auto, fexit, tp_btf, raw_tp)", options.attach);
   }
-  std::unique_ptr<EbpfCaptureSource> src(new EbpfCaptureSource());
-  src->options_ = options;
+  std::unique_ptr<EbpfCaptureSource> src(new EbpfCaptureSource(options));
   std::string reasons;
   bool permission = false;
   for (Attach a : order) {
@@ -254,33 +253,22 @@ int EbpfCaptureSource::OnRecord(void* ctx, void* data, size_t size) {
     r.root = static_cast<int32_t>(h.offset);
     r.offset = 0;
   }
-  r.data.assign(static_cast<const char*>(data) + sizeof(h), h.len);
-  const size_t cost = r.data.size() + sizeof(CaptureRecord);
+  const std::string_view bytes(static_cast<const char*>(data) + sizeof(h), h.len);
   std::lock_guard lock(self->mu_);
   if (r.type == CaptureRecord::Type::kExit) self->gaps_.Forget(r.pid);
   if (r.type == CaptureRecord::Type::kData) r.gap_before = self->gaps_.Observe(r.pid, h.seq);
-  if (self->queue_bytes_ + cost > self->options_.max_queue_bytes) {
+  if (!self->queue_.Push(r, bytes)) {
     ++self->queue_lost_records_;
-    self->queue_lost_bytes_ += r.data.size();
+    self->queue_lost_bytes_ += bytes.size();
     // The process's next delivered record follows a gap (and inherits this one's, if any).
     if (r.type == CaptureRecord::Type::kData) self->gaps_.Lost(r.pid);
-    return 0;
   }
-  self->queue_bytes_ += cost;
-  self->queue_.push_back(std::move(r));
   return 0;
 }
 
 size_t EbpfCaptureSource::Drain(std::vector<CaptureRecord>& out, size_t max_records) {
   std::lock_guard lock(mu_);
-  size_t n = 0;
-  while (n < max_records && !queue_.empty()) {
-    queue_bytes_ -= queue_.front().data.size() + sizeof(CaptureRecord);
-    out.push_back(std::move(queue_.front()));
-    queue_.pop_front();
-    ++n;
-  }
-  return n;
+  return queue_.Drain(out, max_records);
 }
 
 Status EbpfCaptureSource::Track(int32_t pid, int32_t root, bool inherit) {

@@ -8,11 +8,11 @@
 // tp_btf). Each try loads and attaches the whole object; the first that succeeds is kept.
 //
 // Threads: Start() spawns one thread that blocks in ring_buffer__poll (epoll on the ring) and
-// moves records into a bounded queue (max_queue_bytes); Drain() empties it on the collector's
-// thread. A full queue drops records and counts them as lost, like a full ring. The program
-// wakes the thread only when the ring is a quarter full (a wakeup per write would cost
-// microseconds per write); otherwise the thread reads the ring after each poll_timeout_ms, so
-// records reach the queue within that time.
+// moves records into a bounded queue (record_queue.h: slabs mapped from the kernel, bounded by
+// max_queue_bytes); Drain() empties it on the collector's thread. A full queue drops records and counts them
+// as lost, like a full ring. The program wakes the thread only when the ring is a quarter full (a wakeup per
+// write would cost microseconds per write); otherwise the thread reads the ring after each poll_timeout_ms,
+// so records reach the queue within that time.
 //
 // Attached only while needed: with tp_btf/raw_tp every syscall of every process on the node
 // runs the filter, so the programs are detached while nothing is tracked (checked by
@@ -31,7 +31,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,6 +39,7 @@
 #include <vector>
 
 #include "collect/joblog/capture_source.h"
+#include "collect/joblog/record_queue.h"
 #include "core/result.h"
 
 struct joblog_capture_bpf;
@@ -79,7 +79,8 @@ class EbpfCaptureSource final : public CaptureSource {
   bool KernelTracks(int32_t pid) const;
 
  private:
-  EbpfCaptureSource() = default;
+  explicit EbpfCaptureSource(const EbpfSourceOptions& options)
+      : options_(options), queue_(options.max_queue_bytes) {}
   static int OnRecord(void* ctx, void* data, size_t size);
   void Run();
   void UpdateClockOffset();
@@ -95,8 +96,7 @@ class EbpfCaptureSource final : public CaptureSource {
   std::atomic<int64_t> realtime_offset_{0};  // CLOCK_REALTIME - CLOCK_BOOTTIME, ns
 
   mutable std::mutex mu_;
-  std::deque<CaptureRecord> queue_;
-  size_t queue_bytes_ = 0;
+  RecordQueue queue_;
   uint64_t queue_lost_records_ = 0;
   uint64_t queue_lost_bytes_ = 0;
   SeqGapDetector gaps_;  // CaptureRecord::gap_before, under mu_
