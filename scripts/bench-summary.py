@@ -45,12 +45,13 @@ def gbench_rows(text):
         counters = {}
         for k, v, suf in re.findall(r"(\w+)=([\d.]+)([kMG]?)", m.group(7)):
             counters[k] = float(v) * SUFFIX[suf]
-        name = m.group(1).split("/")[0]
-        rows[name] = {
+        row = {
             "real_ns": float(m.group(2)) * UNIT_NS[m.group(3)],
             "cpu_ns": float(m.group(4)) * UNIT_NS[m.group(5)],
             "counters": counters,
         }
+        rows[m.group(1)] = row  # the full name, arguments included
+        rows[m.group(1).split("/")[0]] = row  # and the bare name (the last of its arguments)
     return rows
 
 
@@ -174,6 +175,23 @@ def main():
                       ratio(b, VICTORIA_BYTES_PER_SAMPLE) + " VM", "<= 0.45", met(b <= 0.45)))
     else:
         missing.append("store on disk (store_bench.txt: BM_DiskBytesPerSample)")
+
+    # The event log: sealed blocks against the same events held one packed entry each.
+    rows = gbench_rows(read(os.path.join(d, "event_log_bench.txt")))
+    sealed, unsealed = rows.get("BM_EventLogAppend/sealed:1"), rows.get("BM_EventLogAppend/sealed:0")
+    if sealed and unsealed and "bytes_per_event" in sealed["counters"]:
+        b, u = sealed["counters"]["bytes_per_event"], unsealed["counters"].get("bytes_per_event", 0)
+        table.append(("event log bytes/event, a job's metrics (15 min)", f"{b:.1f}", f"unsealed {u:.0f}",
+                      ratio(b, u), "< unsealed", met(b < u)))
+        table.append(("event log append, ns/event", f"{sealed['cpu_ns'] / sealed['counters'].get('events', 1):.0f}",
+                      f"unsealed {unsealed['cpu_ns'] / unsealed['counters'].get('events', 1):.0f}",
+                      ratio(sealed["cpu_ns"], unsealed["cpu_ns"]), "", ""))
+        qs, qu = rows.get("BM_EventLogQueryJobMetrics/sealed:1"), rows.get("BM_EventLogQueryJobMetrics/sealed:0")
+        if qs and qu:
+            table.append(("event log query, a job's metrics over 15 min", f"{qs['cpu_ns'] / 1e6:.1f} ms",
+                          f"unsealed {qu['cpu_ns'] / 1e6:.1f} ms", ratio(qs["cpu_ns"], qu["cpu_ns"]), "", ""))
+    else:
+        missing.append("event log (event_log_bench.txt: BM_EventLogAppend/sealed:1 and /sealed:0)")
 
     print(f"\nmake bench: issue 28's figures beside their baselines, this run ({machine()})")
     header = ("figure", "ours", "baseline (same run unless 'published')", "ratio", "target", "met")
