@@ -99,6 +99,12 @@ std::string_view JobOf(std::string_view packed) {
   return r.GetString(kAnyLength);
 }
 
+std::string_view NameOf(std::string_view packed) {
+  codec::Reader r(packed);
+  for (int i = 0; i < 5; ++i) r.GetString(kAnyLength);  // cluster, node, job, gpu_uuid, source
+  return r.GetString(kAnyLength);
+}
+
 // What repeats from event to event: the kind, the identity numbers and the packed strings. A
 // job's metric events differ only in time, step and value, so a block holds each shape once.
 struct Shape {
@@ -483,7 +489,9 @@ std::vector<Event> EventLog::Query(const EventQuery& query) const {
     if (query.rank >= 0 && s.rank != query.rank) return false;
     if (query.pid >= 0 && s.pid != query.pid) return false;
     if (query.gpu >= 0 && s.gpu_index != query.gpu) return false;
-    return query.job.empty() || JobOf(s.packed) == query.job;
+    if (!query.job.empty() && JobOf(s.packed) != query.job) return false;
+    return query.names.empty() ||
+           std::find(query.names.begin(), query.names.end(), NameOf(s.packed)) != query.names.end();
   };
   std::shared_lock lock(impl_->mu);
   // Newest first so that the limit keeps the newest matches; reversed at the end.

@@ -238,6 +238,12 @@ TEST_P(EventLogTest, QueryFilters) {
   q = {};
   q.kinds = {EventKind::kLoss, EventKind::kXid};
   EXPECT_EQ(Times(log.Query(q)), (std::vector<TimeNs>{10, 40}));
+  // Names are matched whole (MakeEvent names each event "n<time>").
+  q = {};
+  q.names = {"n20", "n40", "n4"};
+  EXPECT_EQ(Times(log.Query(q)), (std::vector<TimeNs>{20, 40}));
+  q.job = "j2";
+  EXPECT_TRUE(log.Query(q).empty());
 }
 
 TEST_P(EventLogTest, QueryWindowIsInclusive) {

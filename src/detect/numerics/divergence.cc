@@ -313,6 +313,7 @@ std::vector<Finding> DetectDivergence(const DetectInput& in) {
       store::EventQuery q;
       q.kinds = {EventKind::kTrainMetric};
       q.job = job.id;
+      q.names = {"grad_norm"};
       q.from = job.window.start;
       q.to = b->time;
       q.limit = 200'000;

@@ -48,6 +48,7 @@ std::vector<Finding> DetectNoLearning(const DetectInput& in) {
     store::EventQuery q;
     q.kinds = {EventKind::kTrainMetric};
     q.job = job.id;
+    q.names = {"lr", "grad_norm"};
     q.from = t_first;
     q.to = t_last;
     q.limit = 200'000;
