@@ -167,7 +167,7 @@ Event Unpack(const Entry& entry) {
 // step − previous step (zigzag), the value (a decimal exponent byte and zigzag mantissa, or
 // kRawValue and the IEEE bits).
 struct Block {
-  TimeNs min_time = 0, max_time = 0;  // of every event encoded, the skipped ones included
+  TimeNs max_time = 0;                // of every event encoded, the skipped ones included
   TimeNs front_time = 0;              // of the first event not skipped
   uint64_t max_seq = 0;
   uint64_t kind_mask = 0;   // bit k: an event of EventKind k is in the block
@@ -185,6 +185,15 @@ struct Block {
 
 static_assert(kEventKindCount <= 64, "Block::kind_mask has a bit per kind");
 constexpr uint8_t kRawValue = 0x80;
+
+// Deltas in two's complement: a step parsed from job output can be any int64, and the difference
+// of two such must wrap, not overflow.
+int64_t WrapSub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+int64_t WrapAdd(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
 
 // Reads a block in order: its shapes first, then one event per Next.
 class BlockReader {
@@ -208,9 +217,9 @@ class BlockReader {
     if (left_ == 0) return false;
     --left_;
     *shape = static_cast<uint32_t>(r_.GetVarint());
-    point_.time += static_cast<TimeNs>(r_.GetVarint());
+    point_.time = WrapAdd(point_.time, static_cast<int64_t>(r_.GetVarint()));
     point_.seq += static_cast<uint64_t>(r_.GetZigZag());
-    point_.step += r_.GetZigZag();
+    point_.step = WrapAdd(point_.step, r_.GetZigZag());
     const uint8_t exponent = r_.GetU8();
     if (exponent == kRawValue) {
       point_.value = std::bit_cast<double>(r_.GetU64());
@@ -242,7 +251,6 @@ Block Encode(const std::vector<Shape>& shapes, const std::vector<std::pair<uint3
   int8_t hint = 0;
   for (const auto& [shape, p] : events) {
     if (block.count == 0) {
-      block.min_time = p.time;
       block.front_time = p.time;
     }
     block.max_time = p.time;
@@ -250,9 +258,9 @@ Block Encode(const std::vector<Shape>& shapes, const std::vector<std::pair<uint3
     block.kind_mask |= uint64_t{1} << static_cast<int>(shapes[shape].kind);
     ++block.count;
     w.PutVarint(shape);
-    w.PutVarint(static_cast<uint64_t>(p.time - prev.time));
+    w.PutVarint(static_cast<uint64_t>(WrapSub(p.time, prev.time)));  // times are in order: >= 0 but the first
     w.PutZigZag(static_cast<int64_t>(p.seq - prev.seq));
-    w.PutZigZag(p.step - prev.step);
+    w.PutZigZag(WrapSub(p.step, prev.step));
     const std::optional<Decimal> d = ToDecimal(p.value, hint);
     if (d) {
       hint = d->exponent;
@@ -394,8 +402,12 @@ struct EventLog::Impl {
   void MaybeSeal() {
     const size_t n = sealing.events_per_block;
     if (head.size() < 2 * n) return;
-    if (head[n - 1].time > head.back().time - sealing.lag && head.size() < sealing.max_head_blocks * n)
+    // The head is in time order, so this difference is >= 0 (unsigned: times may span int64).
+    const uint64_t age = static_cast<uint64_t>(head.back().time) - static_cast<uint64_t>(head[n - 1].time);
+    if (age < static_cast<uint64_t>(std::max<TimeNs>(sealing.lag, 0)) &&
+        head.size() < sealing.max_head_blocks * n) {
       return;
+    }
     const auto last = head.begin() + static_cast<std::ptrdiff_t>(n);
     uint64_t head_bytes = 0;
     for (auto it = head.begin(); it != last; ++it) head_bytes += it->bytes();

@@ -325,19 +325,27 @@ TEST_P(EventLogTest, SealedValuesComeBackBitForBit) {
                                       std::nan(""),
                                       std::numeric_limits<double>::denorm_min(),
                                       9007199254740993.0};
+  // Steps as a hostile job may print them: the extremes of int64 next to each other.
+  auto step_of = [](size_t i) {
+    return i % 3 == 0
+               ? std::numeric_limits<int64_t>::max()
+               : (i % 3 == 1 ? std::numeric_limits<int64_t>::min() : static_cast<int64_t>(i) * 500 - 7);
+  };
   EventLog log(100, 1024, 0, Sealed());
   for (size_t i = 0; i < values.size(); ++i) {
-    Event e = MakeEvent(static_cast<TimeNs>(i + 1), EventKind::kTrainMetric, "j", 0);
+    // The first event at the earliest time there is: the time deltas span the whole range.
+    Event e = MakeEvent(i == 0 ? kMinTime : static_cast<TimeNs>(i + 1), EventKind::kTrainMetric, "j", 0);
     e.name = "loss";
     e.value = values[i];
-    e.step = static_cast<int64_t>(i) * 500 - 7;
+    e.step = step_of(i);
     log.Append(e);
   }
   const auto got = log.Query(EventQuery{});
   ASSERT_EQ(got.size(), values.size());
+  EXPECT_EQ(got[0].time, kMinTime);
   for (size_t i = 0; i < values.size(); ++i) {
     EXPECT_EQ(std::bit_cast<uint64_t>(got[i].value), std::bit_cast<uint64_t>(values[i])) << i;
-    EXPECT_EQ(got[i].step, static_cast<int64_t>(i) * 500 - 7);
+    EXPECT_EQ(got[i].step, step_of(i)) << i;
   }
 }
 
