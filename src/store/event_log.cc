@@ -571,16 +571,7 @@ std::vector<Event> EventLog::TakeUnflushed() {
 
 void EventLog::DropBefore(TimeNs t) {
   std::unique_lock lock(impl_->mu);
-  Impl& im = *impl_;
-  // Whole blocks at once; then one event at a time.
-  while (im.blocks.size() > 1 && im.blocks[1].front_time < t && im.blocks.front().max_time < t) {
-    const Block& b = im.blocks.front();
-    if (b.max_seq > im.flushed_seq) break;  // its unflushed events need counting one by one
-    im.bytes -= b.bytes_left;
-    im.count -= b.live();
-    im.blocks.pop_front();
-  }
-  im.DropWhile([t](TimeNs front, uint64_t) { return front < t; });
+  impl_->DropWhile([t](TimeNs front, uint64_t) { return front < t; });
 }
 
 uint64_t EventLog::DropOldest(TimeNs up_to, uint64_t want_bytes) {

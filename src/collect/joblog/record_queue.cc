@@ -64,17 +64,9 @@ bool RecordQueue::Push(const CaptureRecord& record, std::string_view data) {
 
 size_t RecordQueue::Drain(std::vector<CaptureRecord>& out, size_t max_records) {
   size_t n = 0;
+  // Every slab held has records left to read: one is released as soon as its last is read.
   while (n < max_records && count_ > 0) {
     Slab& slab = slabs_.front();
-    if (slab.read == slab.write) {  // drained: unmapped, or kept as the spare
-      if (spare_) {
-        Unmap(slab.base);
-      } else {
-        spare_ = slab.base;
-      }
-      slabs_.pop_front();
-      continue;
-    }
     Stored s;
     std::memcpy(&s, slab.base + slab.read, sizeof(s));
     CaptureRecord& r = out.emplace_back();
@@ -94,17 +86,19 @@ size_t RecordQueue::Drain(std::vector<CaptureRecord>& out, size_t max_records) {
     bytes_ -= size;
     --count_;
     ++n;
-  }
-  // A fully drained front slab goes now, not at the next drain: an idle queue holds one spare.
-  while (!slabs_.empty() && slabs_.front().read == slabs_.front().write) {
-    if (spare_) {
-      Unmap(slabs_.front().base);
-    } else {
-      spare_ = slabs_.front().base;
-    }
-    slabs_.pop_front();
+    if (slab.read == slab.write) ReleaseFront();
   }
   return n;
+}
+
+void RecordQueue::ReleaseFront() {
+  // One drained slab stays mapped as the spare for the next burst; others go back at once.
+  if (spare_) {
+    Unmap(slabs_.front().base);
+  } else {
+    spare_ = slabs_.front().base;
+  }
+  slabs_.pop_front();
 }
 
 }  // namespace ithbat::collect::joblog

@@ -49,6 +49,7 @@ class RecordQueue {
   };
   char* MapSlab();
   void Unmap(char* base);
+  void ReleaseFront();  // the front slab, fully read
 
   size_t max_bytes_;
   std::deque<Slab> slabs_;  // oldest first; records are written to the back one
